@@ -1,0 +1,3 @@
+from layang.cli import main
+
+main()

@@ -1,0 +1,115 @@
+"""Tables. Timestamps are integer milliseconds since the epoch (UTC), the same on every backend."""
+
+from __future__ import annotations
+
+import peewee
+
+from layang.db import database, new_id, now_ms
+
+SANDBOX = "sandbox"
+LIVE = "live"
+
+# Delivery states of one email to one recipient, and the engagement events added later.
+INJECTION = "Injection"
+DELAY = "Delay"
+DELIVERY = "Delivery"
+BOUNCE = "Bounce"
+OPEN = "Open"
+CLICK = "Click"
+DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE)
+EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK)
+
+
+class BaseModel(peewee.Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+
+class Account(BaseModel):
+    name = peewee.CharField(max_length=64, unique=True)
+    mode = peewee.CharField(max_length=16, default=SANDBOX)
+    created_at = peewee.BigIntegerField(default=now_ms)
+
+    @property
+    def is_sandbox(self) -> bool:
+        return self.mode == SANDBOX
+
+
+class ApiKey(BaseModel):
+    """An API key. Only the SHA-256 of the secret is stored: keys carry 256 random bits, so a
+    fast hash is safe and lets a request find its key with one indexed lookup."""
+
+    id = peewee.CharField(primary_key=True, max_length=32)
+    account = peewee.ForeignKeyField(Account, backref="keys", on_delete="CASCADE")
+    label = peewee.CharField(max_length=200, default="")
+    prefix = peewee.CharField(max_length=16)
+    secret_hash = peewee.CharField(max_length=64, unique=True)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    revoked_at = peewee.BigIntegerField(null=True)
+
+
+class Transmission(BaseModel):
+    """One accepted message, as submitted. ``payload`` holds the validated request (API) from
+    which the MIME message is built once; ``raw`` holds the finished MIME bytes (SMTP
+    submissions arrive finished, API ones are filled in by the first delivery attempt)."""
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    account = peewee.ForeignKeyField(Account, backref="transmissions", on_delete="CASCADE")
+    created_at = peewee.BigIntegerField(default=now_ms)
+    source = peewee.CharField(max_length=8, default="api")
+    mail_from = peewee.CharField(max_length=320)
+    from_header = peewee.TextField(default="")
+    subject = peewee.TextField(default="")
+    message_id = peewee.CharField(max_length=400)
+    metadata = peewee.TextField(default="{}")
+    payload = peewee.TextField(null=True)
+    raw = peewee.BlobField(null=True)
+
+
+class Recipient(BaseModel):
+    """One email to one recipient: both its place in the outbox and its activity record.
+
+    It is due for an attempt while ``next_attempt_at`` is set; a worker holds it while
+    ``lease_expires_at`` lies in the future.
+    """
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    transmission = peewee.ForeignKeyField(
+        Transmission, backref="recipients", on_delete="CASCADE", index=True
+    )
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    address = peewee.CharField(max_length=320)
+    recipient_type = peewee.CharField(max_length=3)
+    status = peewee.CharField(max_length=16, default=INJECTION)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    updated_at = peewee.BigIntegerField(default=now_ms)
+    attempts = peewee.IntegerField(default=0)
+    next_attempt_at = peewee.BigIntegerField(null=True, index=True)
+    lease_owner = peewee.CharField(max_length=64, null=True)
+    lease_expires_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        indexes = (
+            (("account", "id"), False),
+            (("account", "status", "id"), False),
+        )
+
+
+class Event(BaseModel):
+    recipient = peewee.ForeignKeyField(Recipient, backref="events", on_delete="CASCADE")
+    status = peewee.CharField(max_length=16)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    detail = peewee.TextField(default="{}")
+
+
+MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event]
+
+
+# Each migration names the tables it creates, so that later ones can add tables and columns
+# without an earlier one already having made them on a fresh database.
+def _initial_schema(db: peewee.Database) -> None:
+    db.create_tables([Account, ApiKey, Transmission, Recipient, Event])
+
+
+MIGRATIONS = [(1, "initial schema", _initial_schema)]
