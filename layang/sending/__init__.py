@@ -1,0 +1,1 @@
+"""Sending: compose MIME, the outbox, the upstream relay and the worker."""

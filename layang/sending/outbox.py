@@ -1,0 +1,223 @@
+"""The outbox: the one way in (``enqueue``) and the worker's side of the queue (claim, record).
+
+A recipient row is due while ``next_attempt_at`` is set and has passed; a worker claims a batch by
+setting a lease on it, so several workers never take the same one, and a worker that dies loses its
+batch to another once the lease runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layang.db import is_postgresql, iso_ms, new_id, now_ms, write_transaction
+from layang.models import (
+    BOUNCE,
+    DELAY,
+    DELIVERY,
+    INJECTION,
+    Account,
+    Event,
+    Recipient,
+    Transmission,
+)
+from layang.sending.relay import RecipientResult
+
+log = logging.getLogger("layang.outbox")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A message accepted by one of the ways in, ready to be stored."""
+
+    transmission_id: str
+    created_at: int
+    source: str
+    mail_from: str
+    from_header: str
+    subject: str
+    message_id: str
+    metadata: dict[str, str]
+    recipients: Sequence[tuple[str, str]]
+    payload: dict[str, Any] | None = None
+    raw: bytes | None = None
+
+
+def enqueue(account: Account, submission: Submission) -> None:
+    """Store ``submission`` and queue one email per recipient, in one durable transaction."""
+    created = submission.created_at
+    rows = [
+        {
+            "id": new_id(),
+            "transmission": submission.transmission_id,
+            "account": account.id,
+            "address": address,
+            "recipient_type": kind,
+            "status": INJECTION,
+            "created_at": created,
+            "updated_at": created,
+            "attempts": 0,
+            "next_attempt_at": created,
+        }
+        for address, kind in submission.recipients
+    ]
+    detail = json.dumps({"source": submission.source})
+    with write_transaction():
+        Transmission.insert(
+            id=submission.transmission_id,
+            account=account.id,
+            created_at=created,
+            source=submission.source,
+            mail_from=submission.mail_from,
+            from_header=submission.from_header,
+            subject=submission.subject,
+            message_id=submission.message_id,
+            metadata=json.dumps(submission.metadata),
+            payload=None if submission.payload is None else json.dumps(submission.payload),
+            raw=submission.raw,
+        ).execute()
+        Recipient.insert_many(rows).execute()
+        Event.insert_many(
+            [
+                {"recipient": r["id"], "status": INJECTION, "created_at": created, "detail": detail}
+                for r in rows
+            ]
+        ).execute()
+
+
+def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[Recipient]:
+    """Lease up to ``limit`` due recipients to ``owner`` and return them, oldest due first.
+
+    On PostgreSQL concurrent claimers skip each other's locked rows; on SQLite the IMMEDIATE
+    transaction serialises them. Either way no row is handed to two live leases.
+    """
+    now = now_ms()
+    lease_until = now + int(lease_seconds * 1000)
+    with write_transaction():
+        due = (
+            Recipient.select(Recipient.id)
+            .where(
+                Recipient.next_attempt_at <= now,
+                Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now),
+            )
+            .order_by(Recipient.next_attempt_at)
+            .limit(limit)
+        )
+        if is_postgresql():
+            due = due.for_update(skip_locked=True)
+        ids = [row.id for row in due]
+        if not ids:
+            return []
+        Recipient.update(lease_owner=owner, lease_expires_at=lease_until).where(
+            Recipient.id.in_(ids)
+        ).execute()
+    claimed = list(Recipient.select().where(Recipient.id.in_(ids), Recipient.lease_owner == owner))
+    order = {rid: i for i, rid in enumerate(ids)}
+    claimed.sort(key=lambda r: order[r.id])
+    return claimed
+
+
+def renew_lease(owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
+    """Extend ``owner``'s lease on ``ids``; returns the ids it still holds."""
+    now = now_ms()
+    with write_transaction():
+        held = {
+            r.id
+            for r in Recipient.select(Recipient.id).where(
+                Recipient.id.in_(list(ids)),
+                Recipient.lease_owner == owner,
+                Recipient.next_attempt_at.is_null(False),
+            )
+        }
+        if held:
+            Recipient.update(lease_expires_at=now + int(lease_seconds * 1000)).where(
+                Recipient.id.in_(list(held))
+            ).execute()
+    return held
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_seconds: float
+    max_delivery_seconds: float
+
+    def next_attempt(self, attempts: int, created_at: int, now: int) -> int | None:
+        """When to try again after ``attempts`` failed tries, or None once the message expired.
+
+        The delay doubles with each attempt, with ±25% jitter so that mail deferred together
+        does not come back together; the last try lands on the expiry time itself.
+        """
+        deadline = created_at + int(self.max_delivery_seconds * 1000)
+        if now >= deadline:
+            return None
+        delay = self.base_seconds * 2 ** max(attempts - 1, 0) * random.uniform(0.75, 1.25)
+        return min(now + int(delay * 1000), deadline)
+
+
+def record_results(
+    owner: str,
+    recipients: Sequence[Recipient],
+    results: dict[str, RecipientResult],
+    policy: RetryPolicy,
+) -> dict[str, str]:
+    """Store the outcome of one attempt for each recipient ``owner`` still holds.
+
+    Returns recipient id → the status recorded. A recipient whose lease was lost to another
+    worker is left to that worker (delivery is at-least-once).
+    """
+    now = now_ms()
+    recorded: dict[str, str] = {}
+    with write_transaction():
+        for recipient in recipients:
+            result = results[recipient.address]
+            attempts = recipient.attempts + 1
+            detail: dict[str, Any] = {
+                "reply": result.reply,
+                "code": result.code,
+                "attempt": attempts,
+            }
+            next_attempt = None
+            if result.outcome == "delivered":
+                status = DELIVERY
+            elif result.outcome == "bounced":
+                status = BOUNCE
+            else:
+                next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
+                if next_attempt is None:
+                    status = BOUNCE
+                    detail["reason"] = "expired"
+                else:
+                    status = DELAY
+                    detail["retryAt"] = iso_ms(next_attempt)
+            updated = (
+                Recipient.update(
+                    status=status,
+                    attempts=attempts,
+                    updated_at=now,
+                    next_attempt_at=next_attempt,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+                .where(Recipient.id == recipient.id, Recipient.lease_owner == owner)
+                .execute()
+            )
+            if not updated:
+                log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
+                continue
+            Event.insert(
+                recipient=recipient.id, status=status, created_at=now, detail=json.dumps(detail)
+            ).execute()
+            recorded[recipient.id] = status
+    return recorded
+
+
+def store_raw(transmission_id: str, raw: bytes) -> None:
+    """Keep the built MIME message so that retries send the very same bytes."""
+    with write_transaction():
+        Transmission.update(raw=raw).where(
+            Transmission.id == transmission_id, Transmission.raw.is_null()
+        ).execute()

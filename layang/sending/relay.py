@@ -1,0 +1,656 @@
+"""The upstream relay: hands a message to the recipients' side and reports each recipient's fate.
+
+Configured by one URL (``LAYANG_RELAY_URL``):
+
+``smtp://[user:pass@]host[:port]``
+    Port 25 by default. STARTTLS is used when the server offers it, without verifying the
+    certificate (opportunistic, like Postfix's "may" level). ``?tls=required`` makes STARTTLS
+    mandatory and verifies the certificate against the system CAs, or only against
+    ``?cafile=/path.pem``; ``?verify=off`` keeps the encryption but skips verification.
+    ``?tls=off`` never starts TLS. Credentials (percent-encoded in the URL) are only ever sent
+    over TLS, unless ``tls=off`` says plaintext is intended.
+``smtps://[user:pass@]host[:port]``
+    Implicit TLS, port 465 by default, certificate verified (``cafile=`` and ``verify=off`` as
+    above).
+``capture:DIR``
+    Development sink: one ``.eml`` file per recipient in ``DIR``, nothing leaves the machine.
+
+Delivery problems never raise: every recipient gets a :class:`RecipientResult` saying whether it
+was delivered, deferred (try again later) or bounced (never try again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import smtplib
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+DELIVERED = "delivered"
+DEFERRED = "deferred"
+BOUNCED = "bounced"
+
+IDLE_SECONDS = 30.0
+"""A connection unused for this long is closed rather than reused."""
+
+_QUIT_TIMEOUT = 5.0
+_BARE_EOL = re.compile(rb"\r(?!\n)|(?<!\r)\n")
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9.@+=_-]")
+
+
+class RelayConfigError(ValueError):
+    """The relay URL (or something it names, like its ``cafile``) is unusable."""
+
+
+@dataclass(frozen=True)
+class RecipientResult:
+    """What happened to one recipient.
+
+    ``code`` is the SMTP reply code, 0 when there was no reply to go by (network failure,
+    timeout, local error). ``outcome`` is ``"delivered"``, ``"deferred"`` or ``"bounced"``.
+    """
+
+    recipient: str
+    code: int
+    reply: str
+    outcome: str
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """One result per requested recipient, in the order they were given."""
+
+    recipients: tuple[RecipientResult, ...]
+
+    def by_recipient(self) -> dict[str, RecipientResult]:
+        """The results keyed by address (the last one wins if an address was given twice)."""
+        return {result.recipient: result for result in self.recipients}
+
+
+class Relay(Protocol):
+    """Something that can hand messages upstream."""
+
+    def send(
+        self, mail_from: str, recipients: Sequence[str], message: bytes, *, reference: str = ""
+    ) -> SendResult:
+        """Relay ``message`` to ``recipients``; never raises for delivery problems."""
+        ...
+
+    def close(self) -> None:
+        """Release any connection held; the relay stays usable."""
+        ...
+
+
+def outcome_for(code: int) -> str:
+    """The outcome an SMTP reply code means: 2xx delivered, 5xx bounced, anything else deferred."""
+    if 200 <= code < 300:
+        return DELIVERED
+    if 500 <= code < 600:
+        return BOUNCED
+    return DEFERRED
+
+
+def format_reply(code: int, text: bytes | str) -> str:
+    """``"<code> <text>"``, the server's text decoded leniently, a multi-line reply on one line."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    joined = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return f"{code} {joined}".strip() if code > 0 else joined
+
+
+def relay_from_url(url: str, *, helo_name: str = "localhost", timeout: float = 60.0) -> Relay:
+    """The relay the URL describes (see the module documentation for the forms).
+
+    ``helo_name`` is the name given in EHLO/HELO; ``timeout`` bounds every network wait.
+    Raises :class:`RelayConfigError` for anything but a well-formed, usable URL, including a
+    ``cafile`` that cannot be loaded.
+    """
+    scheme, _, rest = url.partition(":")
+    scheme = scheme.lower()
+    if scheme == "capture":
+        if not rest:
+            raise RelayConfigError("capture: needs a directory, e.g. capture:/var/lib/layang/out")
+        return CaptureRelay(Path(rest))
+    if scheme not in ("smtp", "smtps") or not rest.startswith("//"):
+        raise RelayConfigError(
+            f"unsupported relay URL {_redact(url)!r}: use smtp://, smtps:// or capture:DIR"
+        )
+    implicit_tls = scheme == "smtps"
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (465 if implicit_tls else 25)
+        host = parts.hostname
+    except ValueError as error:
+        raise RelayConfigError(f"bad relay URL {_redact(url)!r}: {error}") from None
+    if not host:
+        raise RelayConfigError(f"relay URL {_redact(url)!r} names no host")
+    if parts.path not in ("", "/") or parts.fragment:
+        raise RelayConfigError(f"relay URL {_redact(url)!r} has a path or fragment")
+
+    options = _query_options(url, parts.query)
+    tls = options.pop("tls", None)
+    cafile = options.pop("cafile", None)
+    verify_given = "verify" in options
+    verify = options.pop("verify", "on")
+    if options:
+        raise RelayConfigError(
+            f"unknown relay URL option(s) {sorted(options)}: known are tls, cafile, verify"
+        )
+    if verify not in ("on", "off"):
+        raise RelayConfigError("relay URL option verify must be on or off")
+    if implicit_tls:
+        if tls is not None:
+            raise RelayConfigError("smtps:// is always TLS; the tls option is for smtp://")
+        tls = "required"
+    elif tls is None:
+        tls = "may"
+    elif tls not in ("required", "off"):
+        raise RelayConfigError("relay URL option tls must be required or off")
+    if tls != "required" and (cafile is not None or verify_given):
+        raise RelayConfigError("cafile and verify only apply with tls=required or smtps://")
+
+    if tls == "required":
+        context = _verifying_context(cafile, verify == "on")
+    elif tls == "may":
+        context = _unverified_context()
+    else:
+        context = None
+
+    credentials = None
+    if parts.username is not None or parts.password is not None:
+        user, password = unquote(parts.username or ""), parts.password
+        if not user or password is None:
+            raise RelayConfigError("relay URL credentials need both a user and a password")
+        password = unquote(password)
+        if not (user.isascii() and password.isascii()):
+            raise RelayConfigError("relay URL credentials must be ASCII")
+        credentials = (user, password)
+
+    return SmtpRelay(
+        host,
+        port,
+        implicit_tls=implicit_tls,
+        tls=tls,
+        context=context,
+        credentials=credentials,
+        helo_name=helo_name,
+        timeout=timeout,
+    )
+
+
+def _redact(url: str) -> str:
+    # Error messages end up in logs; the password must not.
+    return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
+
+
+def _query_options(url: str, query: str) -> dict[str, str]:
+    if not query:
+        return {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise RelayConfigError(f"bad query in relay URL {_redact(url)!r}") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key in options:
+            raise RelayConfigError(f"relay URL option {key} given twice")
+        if not value:
+            raise RelayConfigError(f"relay URL option {key} has no value")
+        options[key] = value
+    return options
+
+
+def _unverified_context() -> ssl.SSLContext:
+    # Opportunistic TLS protects against passive listeners only; most MX certificates would not
+    # verify anyway, so checking would just push mail back to plaintext.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _verifying_context(cafile: str | None, verify: bool) -> ssl.SSLContext:
+    if not verify:
+        return _unverified_context()
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except OSError as error:
+        raise RelayConfigError(f"cannot load relay cafile {cafile!r}: {error}") from None
+
+
+class _Stale(Exception):
+    """A reused connection turned out to be dead before the transaction started."""
+
+
+class _Abort(Exception):
+    """The whole attempt failed before any recipient could be tried."""
+
+    def __init__(self, code: int, reply: str) -> None:
+        super().__init__(reply)
+        self.code = code
+        self.reply = reply
+
+
+class _PlaintextRetry(Exception):
+    """Opportunistic STARTTLS failed mid-handshake; connect again without it."""
+
+
+class SmtpRelay:
+    """Relays over SMTP to one upstream server, keeping the connection open between sends.
+
+    Not meant to be shared between threads while sending; a lock only keeps ``close`` from
+    cutting a transaction in half.
+    """
+
+    max_idle: float = IDLE_SECONDS
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        implicit_tls: bool = False,
+        tls: str = "may",
+        context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+        helo_name: str = "localhost",
+        timeout: float = 60.0,
+    ) -> None:
+        """``tls`` is ``"may"``, ``"required"`` or ``"off"``; ``context`` is used for TLS."""
+        self.host = host
+        self.port = port
+        self.implicit_tls = implicit_tls
+        self.tls = tls
+        self.context = context
+        self.credentials = credentials
+        # An empty name would make smtplib fall back to getfqdn(), a DNS round trip per connect.
+        self.helo_name = helo_name or "localhost"
+        self.timeout = timeout
+        self.where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._smtp: smtplib.SMTP | None = None
+        self._last_used = 0.0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        scheme = "smtps" if self.implicit_tls else "smtp"
+        return f"<SmtpRelay {scheme}://{self.where} tls={self.tls}>"
+
+    def send(
+        self, mail_from: str, recipients: Sequence[str], message: bytes, *, reference: str = ""
+    ) -> SendResult:
+        """Relay one message in one SMTP transaction.
+
+        Returns one result per recipient, in order; nothing is raised. MAIL, RCPT and DATA
+        replies decide the outcome by their code. Network failures and timeouts defer (code 0).
+        Failures before the transaction (connect, greeting, TLS, AUTH) defer every recipient
+        whatever the code, because they are about the relay, not the message. A reused
+        connection found dead at RSET/MAIL is replaced once, transparently. ``reference`` is
+        unused over SMTP.
+        """
+        recipients = tuple(recipients)
+        if not recipients:
+            return SendResult(())
+        if _BARE_EOL.search(message):
+            # smtplib sends bytes untouched, and SMTP only knows CRLF line ends.
+            message = _BARE_EOL.sub(b"\r\n", message)
+        with self._lock:
+            if self._smtp is not None and time.monotonic() - self._last_used > self.max_idle:
+                self._quit()
+            try:
+                return self._attempt(mail_from, recipients, message)
+            finally:
+                self._last_used = time.monotonic()
+
+    def close(self) -> None:
+        """QUIT and drop the connection, if one is open. Never raises."""
+        with self._lock:
+            self._quit()
+
+    def _attempt(self, mail_from: str, recipients: tuple[str, ...], message: bytes) -> SendResult:
+        reused = self._smtp is not None
+        try:
+            if self._smtp is None:
+                self._smtp = self._connect()
+            return self._transaction(self._smtp, mail_from, recipients, message, reused)
+        except _Stale:
+            self._discard()
+            return self._attempt(mail_from, recipients, message)
+        except _Abort as abort:
+            return _all(recipients, abort.code, abort.reply, DEFERRED)
+
+    def _connect(self, starttls: bool = True) -> smtplib.SMTP:
+        """A connected, greeted, (TLS-wrapped, authenticated) session, or raises ``_Abort``."""
+        try:
+            if self.implicit_tls:
+                smtp: smtplib.SMTP = smtplib.SMTP_SSL(
+                    self.host,
+                    self.port,
+                    local_hostname=self.helo_name,
+                    timeout=self.timeout,
+                    context=self.context,
+                )
+            else:
+                smtp = smtplib.SMTP(
+                    self.host, self.port, local_hostname=self.helo_name, timeout=self.timeout
+                )
+        except smtplib.SMTPConnectError as error:
+            raise _Abort(error.smtp_code, format_reply(error.smtp_code, error.smtp_error)) from None
+        except (smtplib.SMTPException, OSError) as error:
+            raise _Abort(0, self._describe(error, connecting=True)) from None
+        try:
+            self._hello(smtp)
+            secure = self.implicit_tls
+            if not self.implicit_tls and self.tls != "off":
+                secure = self._starttls(smtp, starttls)
+            if self.credentials is not None:
+                self._authenticate(smtp, secure)
+        except _Abort:
+            _close_quietly(smtp)
+            raise
+        except _PlaintextRetry:
+            _close_quietly(smtp)
+            return self._connect(starttls=False)
+        except (smtplib.SMTPException, OSError) as error:
+            _close_quietly(smtp)
+            raise _Abort(0, self._describe(error)) from None
+        return smtp
+
+    def _hello(self, smtp: smtplib.SMTP) -> None:
+        code, text = smtp.ehlo()
+        if not 200 <= code < 300:
+            code, text = smtp.helo()
+        if not 200 <= code < 300:
+            raise _Abort(code, format_reply(code, text))
+
+    def _starttls(self, smtp: smtplib.SMTP, attempt: bool) -> bool:
+        """Whether the session is now encrypted; raises ``_Abort`` when TLS is required."""
+        required = self.tls == "required"
+        if not attempt:
+            return False
+        if not smtp.has_extn("starttls"):
+            if required:
+                raise _Abort(0, f"TLS is required but {self.where} does not offer STARTTLS")
+            return False
+        try:
+            smtp.starttls(context=self.context)
+        except smtplib.SMTPResponseException as error:
+            reply = format_reply(error.smtp_code, error.smtp_error)
+            if required:
+                raise _Abort(error.smtp_code, f"{reply} (TLS is required)") from None
+            return False
+        except ssl.SSLError as error:
+            if required:
+                raise _Abort(0, self._describe(error)) from None
+            # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
+            raise _PlaintextRetry from None
+        self._hello(smtp)
+        return True
+
+    def _authenticate(self, smtp: smtplib.SMTP, secure: bool) -> None:
+        assert self.credentials is not None
+        if not secure and self.tls != "off":
+            raise _Abort(
+                0,
+                f"not sending credentials to {self.where} without TLS (it did not offer "
+                "STARTTLS); add ?tls=off to the relay URL to allow plaintext",
+            )
+        if not smtp.has_extn("auth"):
+            raise _Abort(0, f"{self.where} does not offer AUTH but credentials are configured")
+        user, password = self.credentials
+        try:
+            smtp.login(user, password)
+        except smtplib.SMTPAuthenticationError as error:
+            reply = format_reply(error.smtp_code, error.smtp_error)
+            raise _Abort(error.smtp_code, f"authentication failed: {reply}") from None
+        except smtplib.SMTPServerDisconnected:
+            raise
+        except smtplib.SMTPException as error:  # e.g. no mechanism in common
+            raise _Abort(0, f"authentication failed: {error}") from None
+
+    def _transaction(
+        self,
+        smtp: smtplib.SMTP,
+        mail_from: str,
+        recipients: tuple[str, ...],
+        message: bytes,
+        reused: bool,
+    ) -> SendResult:
+        results: list[RecipientResult | None] = [None] * len(recipients)
+        try:
+            if reused:
+                try:
+                    code, _ = smtp.rset()
+                except (smtplib.SMTPException, OSError):
+                    raise _Stale from None
+                if code != 250:
+                    raise _Stale
+
+            refused = self._unsendable(smtp, mail_from, recipients, results)
+            if refused is not None:
+                return _all(recipients, 0, refused, BOUNCED)
+            options = self._mail_options(smtp, mail_from, recipients, message)
+            try:
+                code, text = smtp.docmd("MAIL", f"FROM:<{mail_from}>{options}")
+            except (smtplib.SMTPException, OSError):
+                if reused:
+                    raise _Stale from None
+                raise
+            if code == 421:
+                if reused:
+                    raise _Stale
+                self._discard()
+            if not 200 <= code < 300:
+                return _all(recipients, code, format_reply(code, text))
+
+            accepted: list[int] = []
+            for index, recipient in enumerate(recipients):
+                if results[index] is not None:
+                    continue
+                code, text = smtp.docmd("RCPT", f"TO:<{recipient}>")
+                if 200 <= code < 300:
+                    accepted.append(index)
+                    continue
+                results[index] = _result(recipient, code, format_reply(code, text))
+                if code == 421:
+                    # The server is closing the channel: nobody left can be tried on it.
+                    self._discard()
+                    return _fill(recipients, results, code, format_reply(code, text))
+            if not accepted:
+                self._reset_quietly(smtp)
+                return _fill(recipients, results, 0, "no recipient was tried")
+
+            try:
+                code, text = smtp.data(message)
+            except smtplib.SMTPDataError as error:
+                code, text = error.smtp_code, error.smtp_error
+            reply = format_reply(code, text)
+            for index in accepted:
+                results[index] = _result(recipients[index], code, reply)
+            if code == 421:
+                self._discard()
+            return _fill(recipients, results, 0, "no reply")
+        except (smtplib.SMTPException, OSError) as error:
+            self._discard()
+            return _fill(recipients, results, 0, self._describe(error))
+
+    def _unsendable(
+        self,
+        smtp: smtplib.SMTP,
+        mail_from: str,
+        recipients: tuple[str, ...],
+        results: list[RecipientResult | None],
+    ) -> str | None:
+        """Bounce addresses that cannot be sent here; returns the reply if the sender can't be."""
+        if "\r" in mail_from or "\n" in mail_from:
+            return "invalid sender address (line break)"
+        smtputf8 = smtp.has_extn("smtputf8")
+        no_utf8 = f"5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
+        if not mail_from.isascii() and not smtputf8:
+            return no_utf8
+        for index, recipient in enumerate(recipients):
+            if "\r" in recipient or "\n" in recipient:
+                reason = "invalid recipient address (line break)"
+                results[index] = RecipientResult(recipient, 0, reason, BOUNCED)
+            elif not recipient.isascii() and not smtputf8:
+                results[index] = RecipientResult(recipient, 0, no_utf8, BOUNCED)
+        return None
+
+    def _mail_options(
+        self, smtp: smtplib.SMTP, mail_from: str, recipients: tuple[str, ...], message: bytes
+    ) -> str:
+        options = []
+        if smtp.has_extn("size"):
+            options.append(f"SIZE={len(message)}")
+        if not message.isascii() and smtp.has_extn("8bitmime"):
+            options.append("BODY=8BITMIME")
+        addresses = (mail_from, *recipients)
+        if smtp.has_extn("smtputf8") and not all(a.isascii() for a in addresses):
+            options.append("SMTPUTF8")
+            smtp.command_encoding = "utf-8"
+        return "".join(f" {option}" for option in options)
+
+    def _reset_quietly(self, smtp: smtplib.SMTP) -> None:
+        try:
+            code, _ = smtp.rset()
+        except (smtplib.SMTPException, OSError):
+            code = 0
+        if code != 250:
+            self._discard()
+
+    def _describe(self, error: BaseException, connecting: bool = False) -> str:
+        cause = error
+        if isinstance(error, smtplib.SMTPServerDisconnected) and isinstance(
+            error.__context__, OSError
+        ):
+            cause = error.__context__
+        if isinstance(cause, TimeoutError):
+            return f"timed out after {self.timeout:g}s talking to {self.where}"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"connection refused by {self.where}: {cause}"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve {self.host}: {cause}"
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS certificate of {self.where} not accepted: {cause.verify_message}"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS with {self.where} failed: {cause}"
+        if connecting:
+            return f"cannot connect to {self.where}: {cause}"
+        if isinstance(cause, smtplib.SMTPServerDisconnected):
+            return f"connection to {self.where} lost: {cause}"
+        return f"network error talking to {self.where}: {cause}"
+
+    def _discard(self) -> None:
+        smtp, self._smtp = self._smtp, None
+        if smtp is not None:
+            _close_quietly(smtp)
+
+    def _quit(self) -> None:
+        smtp, self._smtp = self._smtp, None
+        if smtp is None:
+            return
+        try:
+            if smtp.sock is not None:
+                # Saying goodbye politely must not hold a worker for a full timeout.
+                smtp.sock.settimeout(min(self.timeout, _QUIT_TIMEOUT))
+            smtp.quit()
+        except (smtplib.SMTPException, OSError):
+            pass
+        finally:
+            _close_quietly(smtp)
+
+
+def _close_quietly(smtp: smtplib.SMTP) -> None:
+    with contextlib.suppress(OSError):
+        smtp.close()
+
+
+def _result(recipient: str, code: int, reply: str, outcome: str | None = None) -> RecipientResult:
+    code = max(code, 0)  # smtplib reports an unparsable reply as -1
+    return RecipientResult(recipient, code, reply, outcome or outcome_for(code))
+
+
+def _all(
+    recipients: Sequence[str], code: int, reply: str, outcome: str | None = None
+) -> SendResult:
+    return SendResult(tuple(_result(r, code, reply, outcome) for r in recipients))
+
+
+def _fill(
+    recipients: Sequence[str], results: list[RecipientResult | None], code: int, reply: str
+) -> SendResult:
+    """The results, with ``code``/``reply`` for every recipient that has none yet."""
+    return SendResult(
+        tuple(
+            result if result is not None else _result(recipient, code, reply)
+            for recipient, result in zip(recipients, results, strict=True)
+        )
+    )
+
+
+class CaptureRelay:
+    """Development sink: writes each recipient's copy to a file instead of sending it."""
+
+    def __init__(self, directory: Path) -> None:
+        """``directory`` is created on first use if missing."""
+        self.directory = directory
+
+    def __repr__(self) -> str:
+        return f"<CaptureRelay {self.directory}>"
+
+    def send(
+        self, mail_from: str, recipients: Sequence[str], message: bytes, *, reference: str = ""
+    ) -> SendResult:
+        """Write ``DIR/<reference>-<recipient>-<random>.eml`` per recipient, atomically.
+
+        Each file is ``Return-Path`` and ``Delivered-To`` headers followed by ``message``
+        unchanged. A filesystem error defers that recipient (code 0); nothing is raised.
+        """
+        results = []
+        for recipient in recipients:
+            try:
+                name = self._write(mail_from, recipient, message, reference)
+            except OSError as error:
+                reply = f"cannot write to {self.directory}: {error}"
+                results.append(RecipientResult(recipient, 0, reply, DEFERRED))
+            else:
+                reply = f"250 2.0.0 captured as {name}"
+                results.append(RecipientResult(recipient, 250, reply, DELIVERED))
+        return SendResult(tuple(results))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _write(self, mail_from: str, recipient: str, message: bytes, reference: str) -> str:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = (
+            f"{_safe_filename(reference or 'msg')}-{_safe_filename(recipient)}"
+            f"-{secrets.token_hex(4)}.eml"
+        )
+        # A dot-name ending in .tmp: readers globbing *.eml never see a half-written file.
+        temporary = self.directory / f".{name}.tmp"
+        head = f"Return-Path: <{mail_from}>\r\nDelivered-To: {recipient}\r\n".encode()
+        try:
+            with open(temporary, "xb") as file:
+                file.write(head)
+                file.write(message)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.directory / name)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
+        return name
+
+
+def _safe_filename(value: str) -> str:
+    return _UNSAFE_FILENAME.sub("_", value).lstrip(".")[:80] or "_"
