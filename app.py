@@ -1,0 +1,3 @@
+from layang.app import create_app
+
+app = create_app()

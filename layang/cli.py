@@ -1,0 +1,176 @@
+"""The ``layang`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+import click
+
+from layang import accounts
+from layang.config import Config, ConfigError
+from layang.db import iso_ms, open_database, upgrade
+from layang.errors import LayangError
+from layang.logs import configure_logging
+from layang.models import MIGRATIONS, Account
+
+
+def load_config() -> Config:
+    try:
+        config = Config.from_env().with_secret_key()
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    return config
+
+
+def load_service_config() -> Config:
+    """Configuration for the long-running commands, whose logs go to stdout."""
+    config = load_config()
+    configure_logging(config)
+    return config
+
+
+def open_db(config: Config) -> None:
+    open_database(config.database_url)
+    upgrade(MIGRATIONS)
+
+
+def emit(value: Any) -> None:
+    click.echo(json.dumps(value))
+
+
+@click.group()
+@click.version_option(package_name="layang")
+def main() -> None:
+    """Layang: transactional email over HTTP and SMTP."""
+
+
+@main.command()
+def run() -> None:
+    """HTTP API, sender worker and SMTP server in one process (development, embedded defaults)."""
+    from layang.serving import on_stop_signal, run_all
+
+    config = load_service_config()
+    open_db(config)
+    if not Account.select().exists():
+        account = accounts.create_account("default", live=True)
+        _, secret = accounts.create_api_key(account, label="created by layang run")
+        click.echo(f"Created account 'default' (live) with API key: {secret}")
+        click.echo("Keep it: it is shown only this once.")
+    stop = threading.Event()
+    on_stop_signal(stop)
+    run_all(config, stop)
+
+
+@main.command()
+def serve() -> None:
+    """HTTP API only, under gunicorn."""
+    from layang.serving import serve_gunicorn
+
+    config = load_service_config()
+    open_db(config)
+    serve_gunicorn(config)
+
+
+@main.command()
+def worker() -> None:
+    """The sender: relays queued mail upstream and records activity."""
+    from layang.serving import on_stop_signal, run_worker
+
+    config = load_service_config()
+    open_db(config)
+    stop = threading.Event()
+    on_stop_signal(stop)
+    run_worker(config, stop)
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the schema (idempotent)."""
+    config = load_config()
+    open_database(config.database_url)
+    applied = upgrade(MIGRATIONS)
+    emit({"applied": applied})
+
+
+@main.group("accounts")
+def accounts_group() -> None:
+    """Accounts."""
+
+
+@accounts_group.command("create")
+@click.argument("name")
+@click.option("--live", is_flag=True, help="A live account (default: sandbox).")
+def accounts_create(name: str, live: bool) -> None:
+    """Create an account; prints {"id", "name", "mode"}."""
+    open_db(load_config())
+    with domain_errors():
+        account = accounts.create_account(name, live=live)
+    emit({"id": account.id, "name": account.name, "mode": account.mode})
+
+
+@main.group("keys")
+def keys_group() -> None:
+    """API keys."""
+
+
+@keys_group.command("create")
+@click.argument("name")
+@click.option("--label", default="", help="A note to tell keys apart.")
+def keys_create(name: str, label: str) -> None:
+    """New API key for account NAME; prints {"id", "key", "account"} (the key only here)."""
+    open_db(load_config())
+    with domain_errors():
+        key, secret = accounts.create_api_key(accounts.get_account(name), label)
+    emit({"id": key.id, "key": secret, "account": name})
+
+
+@keys_group.command("list")
+@click.argument("name")
+def keys_list(name: str) -> None:
+    """List the keys of account NAME (never their secrets)."""
+    open_db(load_config())
+    with domain_errors():
+        keys = accounts.list_api_keys(accounts.get_account(name))
+    emit(
+        [
+            {
+                "id": k.id,
+                "label": k.label,
+                "prefix": k.prefix,
+                "createdAt": iso_ms(k.created_at),
+                "revokedAt": iso_ms(k.revoked_at) if k.revoked_at else None,
+            }
+            for k in keys
+        ]
+    )
+
+
+@keys_group.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key at once."""
+    open_db(load_config())
+    with domain_errors():
+        key = accounts.revoke_api_key(key_id)
+    emit({"id": key.id, "revokedAt": iso_ms(key.revoked_at)})
+
+
+class domain_errors:
+    """Print a domain error as the contract's error body on stderr and exit 1."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
+        if isinstance(error, LayangError):
+            click.echo(json.dumps(error.to_dict()), err=True)
+            sys.exit(1)
+        return False

@@ -1,0 +1,99 @@
+"""Running the processes: the HTTP server (gunicorn, or a threaded one inside ``layang run``) and
+the sender worker, with clean shutdown on SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from werkzeug.serving import make_server
+
+from layang.config import Config
+
+log = logging.getLogger("layang.serving")
+
+
+def gunicorn_settings(config: Config) -> dict[str, Any]:
+    """Settings shared by ``layang serve`` and ``gunicorn -c gunicorn.conf.py wsgi:app``."""
+    return {
+        "bind": config.http_bind,
+        # sync workers stayed balanced under keep-alive load where gthread put every connection
+        # on one worker, and were faster.
+        "worker_class": "sync",
+        "workers": config.http_workers,
+        "accesslog": "-",
+        "errorlog": "-",
+        "timeout": 60,
+        "graceful_timeout": 30,
+        "forwarded_allow_ips": "127.0.0.1,::1",
+    }
+
+
+def serve_gunicorn(config: Config) -> None:
+    """Run the HTTP API under gunicorn in the foreground."""
+    from gunicorn.app.base import BaseApplication
+
+    from layang.app import create_app
+
+    class Application(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in gunicorn_settings(config).items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            return create_app(config)
+
+    Application().run()
+
+
+def on_stop_signal(stop: threading.Event) -> None:
+    """Set ``stop`` on SIGINT or SIGTERM (the first one; a second SIGINT interrupts hard)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        log.info("stopping on signal %s", signal.Signals(signum).name)
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run_worker(config: Config, stop: threading.Event) -> None:
+    from layang.sending.worker import Worker
+
+    Worker(config).run(stop)
+
+
+def run_all(
+    config: Config, stop: threading.Event, on_ready: Callable[[], None] | None = None
+) -> None:
+    """``layang run``: HTTP API, sender worker and SMTP server in one process until ``stop``."""
+    from layang.app import create_app
+
+    app = create_app(config)
+    host, port = config.http_host_port
+    http = make_server(host, port, app, threaded=True)
+    threads = [
+        threading.Thread(target=http.serve_forever, name="http", daemon=True),
+        threading.Thread(target=run_worker, args=(config, stop), name="worker"),
+    ]
+    for thread in threads:
+        thread.start()
+    log.info(
+        "layang running http=http://%s:%d relay=%s pid=%d",
+        host,
+        port,
+        config.relay_url,
+        os.getpid(),
+    )
+    if on_ready:
+        on_ready()
+    stop.wait()
+    http.shutdown()
+    for thread in threads:
+        thread.join(timeout=30)
+    log.info("layang stopped")
