@@ -1,0 +1,278 @@
+"""POST /v1/layang/transmissions: acceptance, validation, compatibility, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layang.models import Recipient, Transmission
+from tests.conftest import b64
+
+URL = "/v1/layang/transmissions"
+
+
+def message(**overrides):
+    body = {
+        "from": {"email": "shop@sender.test", "name": "Shop"},
+        "subject": "Your order",
+        "to": [{"email": "ana@rcpt.test", "name": "Ana"}],
+        "bodyText": "Thanks for your order.",
+    }
+    body.update(overrides)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def post(client, auth, body, **kwargs):
+    return client.post(URL, json=body, headers=auth, **kwargs)
+
+
+def assert_error(response, status, code, field=None):
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.is_json
+    body = response.get_json()
+    assert body["error"] == code
+    assert body["status"] == status
+    assert isinstance(body["message"], str) and body["message"]
+    if field is not None:
+        path = field.split(".")
+        node = body["errors"]
+        for part in path:
+            assert part in node, f"{part!r} not in {node!r}"
+            node = node[part]
+        assert body["message"].startswith(field), body["message"]
+    return body
+
+
+def test_accepts_and_stores_durably(client, auth):
+    response = post(client, auth, message())
+    assert response.status_code == 200
+    transmission_id = response.get_json()["transmissionId"]
+    stored = Transmission.get_by_id(transmission_id)
+    assert stored.subject == "Your order"
+    (recipient,) = Recipient.select().where(Recipient.transmission == transmission_id)
+    assert (recipient.address, recipient.recipient_type, recipient.status) == (
+        "ana@rcpt.test",
+        "to",
+        "Injection",
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"bodyText": None, "bodyHtml": "<html><body><p>Hi</p></body></html>"},
+        {
+            "bodyHtml": "<p>Hi</p>",
+            "attachments": [{"mimeType": "text/plain", "filename": "a.txt", "value": b64(b"x")}],
+        },
+        {
+            "optionsAttributes": {
+                "openTracking": False,
+                "clickTracking": False,
+                "transactional": True,
+            }
+        },
+        {"headers": [{"name": "X-Order", "value": "42"}]},
+        {"cc": [{"email": "c1@rcpt.test"}, {"email": "c2@rcpt.test"}]},
+        {"bcc": [{"email": "b1@rcpt.test"}, {"email": "b2@rcpt.test"}]},
+        {"replyTo": [{"email": "help@sender.test"}], "metadata": {"order": "42"}},
+    ],
+)
+def test_accepted_combinations(client, auth, extra):
+    assert post(client, auth, message(**extra)).status_code == 200
+
+
+def test_empty_values_mean_absent(client, auth):
+    body = message(
+        templateId="",
+        bodyHtml="",
+        cc=[],
+        bcc=[],
+        replyTo=[],
+        headers=[],
+        attachments=[],
+        metadata={},
+        substitutionData={},
+        optionsAttributes={},
+        **{"from": {"email": "shop@sender.test", "name": ""}},
+    )
+    response = post(client, auth, body)
+    assert response.status_code == 200, response.get_json()
+
+
+def test_attachment_alias(client, auth):
+    body = message(
+        attachment=[{"mimeType": "text/plain", "filename": "a.txt", "value": b64(b"hello")}]
+    )
+    response = post(client, auth, body)
+    assert response.status_code == 200
+    payload = json.loads(Transmission.get_by_id(response.get_json()["transmissionId"]).payload)
+    assert payload["attachments"][0]["filename"] == "a.txt"
+
+
+def test_duplicate_recipients_get_one_email(client, auth):
+    body = message(cc=[{"email": "ANA@rcpt.test"}], bcc=[{"email": "ana@RCPT.test"}])
+    transmission_id = post(client, auth, body).get_json()["transmissionId"]
+    assert Recipient.select().where(Recipient.transmission == transmission_id).count() == 1
+
+
+def test_international_domain_is_accepted(client, auth):
+    response = post(client, auth, message(to=[{"email": "josé@bücher.example"}]))
+    assert_error(response, 400, "validation_failed", "to.0.email")
+    response = post(client, auth, message(to=[{"email": "jose@bücher.example"}]))
+    assert response.status_code == 200
+    (recipient,) = Recipient.select()
+    assert recipient.address == "jose@xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"to": [{"email": "not-an-address"}]}, "to.0.email"),
+        ({"to": None}, "to"),
+        ({"from": None}, "from"),
+        ({"from": {"name": "No address"}}, "from.email"),
+        ({"subject": None}, "subject"),
+        ({"subject": 42}, "subject"),
+        ({"subject": "Hi\r\nBcc: victim@evil.test"}, "subject"),
+        ({"from": {"email": "a@b.test", "name": "x\r\nBcc: victim@evil.test"}}, "from.name"),
+        ({"bodyText": None}, "bodyText"),
+        ({"templateId": "welcome"}, "templateId"),
+        ({"cc": [{"email": "ok@rcpt.test"}, {"email": "bad@"}]}, "cc.1.email"),
+        ({"bcc": "someone@rcpt.test"}, "bcc"),
+        ({"unknownField": 1}, "unknownField"),
+        ({"optionsAttributes": {"openTracking": "sometimes"}}, "optionsAttributes.openTracking"),
+        ({"optionsAttributes": {"bogus": True}}, "optionsAttributes.bogus"),
+        ({"headers": [{"name": "Bcc", "value": "victim@evil.test"}]}, "headers.0.name"),
+        ({"headers": [{"name": "content-type", "value": "text/plain"}]}, "headers.0.name"),
+        ({"headers": [{"name": "X-A", "value": "1\r\nBcc: victim@evil.test"}]}, "headers.0.value"),
+        ({"headers": [{"name": "X A", "value": "1"}]}, "headers.0.name"),
+        ({"headers": [{"name": "X-B:", "value": "1"}]}, "headers.0.name"),
+        ({"headers": [{"name": "Reply-To", "value": "<<not an address"}]}, "headers.0.value"),
+        ({"metadata": {"k": 1}}, "metadata.k.value"),
+        ({"attachments": [{"filename": "a.txt", "value": "***"}]}, "attachments.0.value"),
+        (
+            {"attachments": [{"filename": "../etc/passwd", "value": b64(b"x")}]},
+            "attachments.0.filename",
+        ),
+        ({"attachments": [{"filename": "a\nb", "value": b64(b"x")}]}, "attachments.0.filename"),
+        (
+            {"attachments": [{"filename": "a.bin", "value": b64(b"x"), "mimeType": "nope"}]},
+            "attachments.0.mimeType",
+        ),
+        ({"substitutionData": {"a": "b"}}, "substitutionData"),
+    ],
+)
+def test_validation_names_the_field(client, auth, change, field):
+    body = message()
+    for key, value in change.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    assert_error(post(client, auth, body), 400, "validation_failed", field)
+    assert Transmission.select().count() == 0
+
+
+def test_header_injection_through_every_field_is_impossible(client, auth):
+    for body in (
+        message(to=[{"email": "ana@rcpt.test\r\nBcc: x@evil.test"}]),
+        message(replyTo=[{"email": "a@b.test", "name": "A\nB"}]),
+        message(headers=[{"name": "X-Ok", "value": "a\rb"}]),
+    ):
+        assert post(client, auth, body).status_code == 400
+    assert Transmission.select().count() == 0
+
+
+def test_unknown_template_is_404(client, auth):
+    body = message(bodyText=None, templateId="nope", substitutionData={"a": "1"})
+    assert_error(post(client, auth, body), 404, "template_not_found")
+
+
+def test_malformed_json(client, auth):
+    response = client.post(
+        URL, data=b'{"from": ', headers={**auth, "Content-Type": "application/json"}
+    )
+    assert_error(response, 400, "malformed_json")
+
+
+def test_body_must_be_an_object(client, auth):
+    assert_error(post(client, auth, ["not", "an", "object"]), 400, "validation_failed")
+
+
+def test_not_json_is_415(client, auth):
+    response = client.post(
+        URL, data="from=a", headers={**auth, "Content-Type": "application/x-www-form-urlencoded"}
+    )
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_too_large_is_413(client, auth, app):
+    limit = app.config["LAYANG"].max_message_bytes
+    body = message(bodyText="x" * (limit + 1))
+    assert_error(post(client, auth, body), 413, "payload_too_large")
+    assert Transmission.select().count() == 0
+    huge = b"{" + b" " * (app.config["MAX_CONTENT_LENGTH"] + 10) + b"}"
+    response = client.post(URL, data=huge, headers={**auth, "Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "Bearer",
+        "Bearer ",
+        "Basic dXNlcjpwYXNz",
+        "Bearer lyg_nope",
+        "Bearer lyg_" + "A" * 43,
+        "Token lyg_x",
+    ],
+)
+def test_auth_failures(client, header):
+    headers = {"Authorization": header} if header is not None else {}
+    response = client.post(URL, json=message(), headers=headers)
+    assert_error(response, 401, "unauthorized")
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_revoked_key_fails_at_once(client, account):
+    from layang.accounts import create_api_key, revoke_api_key
+
+    key, secret = create_api_key(account)
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert client.post(URL, json=message(), headers=headers).status_code == 200
+    revoke_api_key(key.id)
+    assert_error(client.post(URL, json=message(), headers=headers), 401, "unauthorized")
+
+
+def test_keys_are_stored_hashed(api_key):
+    from layang.models import ApiKey
+
+    (stored,) = ApiKey.select()
+    assert api_key not in (stored.secret_hash, stored.prefix, stored.id)
+    assert len(api_key) >= 4 + 43  # lyg_ + 256 bits in URL-safe Base64
+
+
+def test_error_shape_for_404_405_and_unknown_paths(client, auth):
+    assert_error(client.get("/v1/layang/nowhere", headers=auth), 404, "not_found")
+    assert_error(client.get("/nowhere"), 404, "not_found")
+    response = client.delete(URL, headers=auth)
+    assert_error(response, 405, "method_not_allowed")
+    assert "POST" in response.headers["Allow"]
+
+
+def test_internal_error_has_the_shape_and_no_trace(config):
+    from layang.app import create_app
+
+    app = create_app(config)
+
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("secret internals")
+
+    response = app.test_client().get("/boom")
+    body = assert_error(response, 500, "internal_error")
+    assert "secret internals" not in json.dumps(body)
+    assert "Traceback" not in response.get_data(as_text=True)

@@ -1,0 +1,203 @@
+"""Nothing is lost when processes die: real processes, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from layang.models import Recipient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def process_env(config, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env.update(
+        LAYANG_DATA_DIR=str(config.data_dir),
+        LAYANG_DATABASE_URL=config.database_url,
+        LAYANG_RELAY_URL=config.relay_url,
+        LAYANG_SECRET_KEY=config.secret_key,
+        LAYANG_WORKER_POLL_SECONDS="0.05",
+        LAYANG_RETRY_BASE_SECONDS="0.1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start(args, env, log_path):
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "layang", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def send_many(client, auth, count, prefix="m"):
+    ids = []
+    for n in range(count):
+        response = client.post(
+            "/v1/layang/transmissions",
+            headers=auth,
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": f"{prefix}{n}",
+                "to": [{"email": f"r{n}@rcpt.test"}],
+                "bodyText": "hello",
+            },
+        )
+        assert response.status_code == 200
+        ids.append(response.json["transmissionId"])
+    return ids
+
+
+def wait_until(predicate, timeout, message):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+def all_delivered():
+    return Recipient.select().where(Recipient.status != "Delivery").count() == 0
+
+
+def subjects(upstream):
+    return collections.Counter(r.message["Subject"] for r in upstream.received)
+
+
+def test_worker_killed_while_relaying_loses_nothing(client, auth, config, upstream, tmp_path):
+    ids = send_many(client, auth, 5)
+    env = process_env(
+        config, LAYANG_RELAY_URL=upstream.url, LAYANG_LEASE_SECONDS=2, LAYANG_WORKER_BATCH_SIZE=10
+    )
+    upstream.stall()
+    first = start(["worker"], env, tmp_path / "worker1.log")
+    try:
+        assert upstream.wait_stalled(15), (tmp_path / "worker1.log").read_text()
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        stop(first)
+    upstream.release()
+    assert Recipient.select().where(Recipient.status == "Delivery").count() == 0
+
+    second = start(["worker"], env, tmp_path / "worker2.log")
+    try:
+        wait_until(all_delivered, 30, "the second worker did not deliver everything")
+    finally:
+        stop(second)
+    got = subjects(upstream)
+    assert set(got) == {f"m{n}" for n in range(5)}  # every message arrived, at least once
+    assert len(ids) == Recipient.select().count() == 5
+
+
+def test_two_workers_never_send_the_same_message_twice(client, auth, config, upstream, tmp_path):
+    send_many(client, auth, 60)
+    env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_BATCH_SIZE=5)
+    workers = [start(["worker"], env, tmp_path / f"w{n}.log") for n in range(2)]
+    try:
+        wait_until(all_delivered, 60, "the workers did not deliver everything")
+    finally:
+        for worker in workers:
+            stop(worker)
+    got = subjects(upstream)
+    assert len(got) == 60
+    assert set(got.values()) == {1}, [s for s, n in got.items() if n > 1]
+    owners = {
+        line.split("owner=")[1].split()[0]
+        for n in range(2)
+        for line in (tmp_path / f"w{n}.log").read_text().splitlines()
+        if "worker started" in line
+    }
+    assert len(owners) == 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["serve"]])
+def test_accepted_message_survives_api_process_kill(
+    config, account, api_key, upstream, tmp_path, command
+):
+    port = free_port()
+    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2)
+    server = start(command, env, tmp_path / "api.log")
+    try:
+        wait_until(lambda: _healthy(port), 30, "the API did not come up")
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/v1/layang/transmissions",
+            headers={"Authorization": f"Bearer {api_key}"},
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": "kept",
+                "to": [{"email": "ana@rcpt.test"}],
+                "bodyText": "hi",
+            },
+        )
+        assert response.status_code == 200
+        # The whole server dies at once, master and workers, right after answering.
+        children = _children(server.pid)
+        server.kill()
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        server.wait(10)
+    finally:
+        stop(server)
+    worker = start(
+        ["worker"], process_env(config, LAYANG_RELAY_URL=upstream.url), tmp_path / "worker.log"
+    )
+    try:
+        upstream.wait_for(1, timeout=30)
+    finally:
+        stop(worker)
+    assert upstream.received[0].message["Subject"] == "kept"
+    assert (
+        upstream.received[0]
+        .message["Message-ID"]
+        .startswith("<" + response.json()["transmissionId"])
+    )
+
+
+def _healthy(port):
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _children(pid):
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    except FileNotFoundError:
+        return []
+    return [int(p) for p in out.stdout.split()]

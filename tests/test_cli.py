@@ -1,0 +1,63 @@
+"""The layang command: accounts and keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from layang.cli import main
+
+
+@pytest.fixture
+def layang(config):
+    runner = CliRunner()
+    env = {"LAYANG_DATA_DIR": str(config.data_dir), "LAYANG_DATABASE_URL": config.database_url}
+
+    def invoke(*args, ok=True):
+        result = runner.invoke(main, list(args), env=env, catch_exceptions=False)
+        if ok:
+            assert result.exit_code == 0, result.output
+        return result
+
+    return invoke
+
+
+def test_accounts_and_keys_lifecycle(layang, client):
+    created = json.loads(layang("accounts", "create", "shop").stdout)
+    assert created["name"] == "shop" and created["mode"] == "sandbox"
+    assert isinstance(created["id"], int)
+    live = json.loads(layang("accounts", "create", "bigshop", "--live").stdout)
+    assert live["mode"] == "live"
+
+    key = json.loads(layang("keys", "create", "shop", "--label", "ci").stdout)
+    assert key["account"] == "shop" and key["key"].startswith("lyg_")
+    listed = json.loads(layang("keys", "list", "shop").stdout)
+    assert [k["id"] for k in listed] == [key["id"]]
+    assert key["key"] not in layang("keys", "list", "shop").stdout
+    assert listed[0]["revokedAt"] is None
+
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    assert client.get("/v1/layang/activity", headers=headers).status_code == 200
+    layang("keys", "revoke", key["id"])
+    assert client.get("/v1/layang/activity", headers=headers).status_code == 401
+    assert json.loads(layang("keys", "list", "shop").stdout)[0]["revokedAt"]
+
+
+def test_cli_errors(layang):
+    layang("accounts", "create", "shop")
+    duplicate = layang("accounts", "create", "shop", ok=False)
+    assert duplicate.exit_code == 1
+    assert json.loads(duplicate.stderr)["error"] == "conflict"
+    missing = layang("keys", "create", "nobody", ok=False)
+    assert json.loads(missing.stderr)["error"] == "not_found"
+    assert layang("keys", "revoke", "key_nope", ok=False).exit_code == 1
+    assert layang("accounts", "create", "bad name!", ok=False).exit_code == 1
+
+
+def test_db_upgrade_is_idempotent(layang):
+    first = json.loads(layang("db", "upgrade").stdout)
+    again = json.loads(layang("db", "upgrade").stdout)
+    assert again == {"applied": []}
+    assert isinstance(first["applied"], list)

@@ -1,0 +1,102 @@
+"""Operations: health, the OpenAPI document and its offline docs page, gunicorn, logs."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+
+import httpx
+
+from tests.sending.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
+
+
+def test_healthz(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {"status": "ok"}
+
+
+def test_openapi_documents_the_api_and_the_error_body(client):
+    spec = client.get("/openapi.json").get_json()
+    assert spec["openapi"].startswith("3.")
+    assert "/v1/layang/transmissions" in spec["paths"]
+    assert "/v1/layang/activity" in spec["paths"]
+    post = spec["paths"]["/v1/layang/transmissions"]["post"]
+    assert "200" in post["responses"]
+    assert "default" in post["responses"]
+    error = spec["components"]["schemas"]["Error"]
+    assert set(error["properties"]) == {"error", "message", "status", "errors"}
+    assert spec["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    request = spec["components"]["schemas"]["TransmissionRequest"]
+    assert "from" in request["properties"]
+
+
+def test_docs_page_needs_no_network(client):
+    page = client.get("/docs")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert assets
+    for asset in assets:
+        assert asset.startswith("/docs/assets/"), asset  # nothing from a CDN
+        with client.get(asset) as response:
+            assert response.status_code == 200
+
+
+def test_logs_name_the_transmission_and_never_the_key(
+    client, auth, api_key, caplog, upstream, relay_to
+):
+    from tests.conftest import drain
+
+    caplog.set_level(logging.INFO)
+    response = client.post(
+        "/v1/layang/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "a@sender.test"},
+            "subject": "s",
+            "to": [{"email": "b@rcpt.test"}],
+            "bodyText": "t",
+        },
+    )
+    tid = response.get_json()["transmissionId"]
+    drain(relay_to(upstream))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(f"tid={tid}" in line and line.startswith("accepted") for line in lines)
+    assert any(f"tid={tid}" in line and line.startswith("delivery") for line in lines)
+    assert not any(api_key in line or api_key[4:20] in line for line in lines)
+
+
+def test_gunicorn_serves_wsgi_app(config, api_key, tmp_path):
+    port = free_port()
+    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2)
+    with open(tmp_path / "gunicorn.log", "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _healthy(port), 30, (tmp_path / "gunicorn.log").read_text())
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/v1/layang/transmissions",
+            headers={"Authorization": f"Bearer {api_key}"},
+            json={
+                "from": {"email": "a@sender.test"},
+                "subject": "s",
+                "to": [{"email": "b@rcpt.test"}],
+                "bodyText": "t",
+            },
+        )
+        assert response.status_code == 200, response.text
+        bad = httpx.post(f"http://127.0.0.1:{port}/v1/layang/transmissions", json={})
+        assert bad.status_code == 401
+        assert bad.json()["error"] == "unauthorized"
+    finally:
+        stop(server)
+    output = (tmp_path / "gunicorn.log").read_text()
+    assert api_key not in output

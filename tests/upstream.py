@@ -1,0 +1,495 @@
+"""A real SMTP server (aiosmtpd) playing the recipients' mail server in tests.
+
+It records what arrives, can be told how to answer (``script_rcpt``, ``script_mail``,
+``script_data``), can hold a DATA in flight (``stall``/``release``) and can drop its sessions like
+an idle timeout would (``kick``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email
+import email.policy
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+HOST = "127.0.0.1"
+SERVER_NAME = "upstream.test"
+DEFAULT_MAIL = "250 OK"
+DEFAULT_RCPT = "250 OK"
+DEFAULT_DATA = "250 2.0.0 OK queued"
+
+
+def make_self_signed_cert(directory: Path, hostname: str = "localhost") -> tuple[Path, Path]:
+    """Write a self-signed certificate and its key into ``directory``; returns (cert, key).
+
+    Valid for ``hostname``, ``localhost`` and 127.0.0.1, and usable as a ``cafile`` to trust it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)])
+    names: list[x509.GeneralName] = [x509.DNSName(hostname)]
+    if hostname != "localhost":
+        names.append(x509.DNSName("localhost"))
+    names.append(x509.IPAddress(ipaddress.ip_address(HOST)))
+    now = datetime.now(UTC)
+    public_key = key.public_key()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(days=7))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(public_key), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = directory / "cert.pem", directory / "key.pem"
+    certfile.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return certfile, keyfile
+
+
+def server_tls_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:
+    """A server-side TLS context presenting the given certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+@dataclass
+class Received:
+    """One message the server accepted (its DATA was answered 2xx)."""
+
+    mail_from: str
+    rcpt_tos: list[str]
+    data: bytes
+    tls: bool
+    auth_user: str | None
+
+    @property
+    def message(self) -> EmailMessage:
+        """The data parsed with the modern email policy."""
+        parsed = email.message_from_bytes(self.data, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        return parsed
+
+
+class Upstream:
+    """A running aiosmtpd server on 127.0.0.1 with an ephemeral port.
+
+    ``tls_context`` offers STARTTLS; ``ssl_context`` makes it implicit TLS (smtps) instead.
+    ``auth_users`` (user → password) enables AUTH PLAIN/LOGIN, only over TLS. ``cafile`` is the
+    certificate a client should trust, used in ``url``.
+    """
+
+    def __init__(
+        self,
+        *,
+        tls_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        auth_users: dict[str, str] | None = None,
+        cafile: Path | None = None,
+    ) -> None:
+        self.tls_context = tls_context
+        self.ssl_context = ssl_context
+        self.auth_users = dict(auth_users or {})
+        self.cafile = cafile
+        self.host = HOST
+        self.port = 0
+        self.received: list[Received] = []
+        self.data_seen: list[bytes] = []
+        self.attempts: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._mail_script: deque[str] = deque()
+        self._rcpt_scripts: dict[str, deque[str]] = {}
+        self._data_script: deque[str] = deque()
+        self._connections = 0
+        self._stalled = False
+        self._in_stall = threading.Event()
+        self._sessions: set[_TrackedSMTP] = set()  # touched only on the server's loop
+        self._controller: _Controller | None = None
+        self.start()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start serving; after a ``stop`` the same port is reused."""
+        if self._controller is not None:
+            return
+        fixed = self.port
+        last_error: OSError | None = None
+        for _ in range(5):
+            port = fixed or _free_port()
+            controller = _Controller(self, port)
+            try:
+                controller.start()
+            except OSError as error:  # lost the race for the port
+                _dispose(controller)
+                last_error = error
+                time.sleep(0.05)
+                continue
+            except BaseException:
+                _dispose(controller)
+                raise
+            self._controller, self.port = controller, port
+            return
+        raise AssertionError(f"could not start the upstream SMTP server: {last_error}")
+
+    def stop(self) -> None:
+        """Drop every session and stop the server thread. Idempotent."""
+        controller, self._controller = self._controller, None
+        if controller is None:
+            return
+        self.release()
+        with contextlib.suppress(Exception):
+            self._on_loop(controller, self._close_sessions(abort=True))
+        controller.stop()
+
+    def __enter__(self) -> Upstream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The relay URL reaching this server the way it is meant to be reached."""
+        base = f"{self.host}:{self.port}"
+        if self.ssl_context is not None:
+            if self.cafile is not None:
+                return f"smtps://{base}?cafile={quote(str(self.cafile), safe='/')}"
+            return f"smtps://{base}?verify=off"
+        if self.tls_context is not None:
+            return f"smtp://{base}"
+        return f"smtp://{base}?tls=off"
+
+    @property
+    def connections(self) -> int:
+        """How many SMTP sessions said EHLO/HELO so far."""
+        with self._lock:
+            return self._connections
+
+    # -- steering --------------------------------------------------------------------------
+
+    def script_mail(self, *replies: str) -> None:
+        """Answer the next MAIL FROM commands with ``replies``, then with 250 again."""
+        with self._lock:
+            self._mail_script.extend(replies)
+
+    def script_rcpt(self, address: str, *replies: str) -> None:
+        """Answer the next RCPT TO of ``address`` with ``replies``, one each, then 250."""
+        with self._lock:
+            self._rcpt_scripts.setdefault(address.lower(), deque()).extend(replies)
+
+    def script_data(self, *replies: str) -> None:
+        """Answer the next ends of DATA with ``replies``, then ``250 2.0.0 OK queued``."""
+        with self._lock:
+            self._data_script.extend(replies)
+
+    def stall(self) -> None:
+        """Hold every end of DATA, without answering, until ``release``."""
+        self._in_stall.clear()
+        self._stalled = True
+
+    def release(self) -> None:
+        """Let stalled DATA commands be answered."""
+        self._stalled = False
+
+    def wait_stalled(self, timeout: float = 10) -> bool:
+        """Whether a DATA got held by ``stall`` within ``timeout`` seconds."""
+        return self._in_stall.wait(timeout)
+
+    def kick(self) -> None:
+        """Close every open session from the server side, as an idle timeout would."""
+        if self._controller is not None:
+            self._on_loop(self._controller, self._close_sessions(abort=False))
+
+    def wait_for(self, count: int, timeout: float = 10) -> list[Received]:
+        """Block until at least ``count`` messages were accepted; returns them all.
+
+        Raises AssertionError, saying what did arrive, when ``timeout`` runs out first.
+        """
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while len(self.received) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"expected {count} message(s) upstream within {timeout}s, got "
+                        f"{len(self.received)}; commands seen: {self.attempts[-20:]}"
+                    )
+                self._arrived.wait(left)
+            return list(self.received)
+
+    # -- server side (runs on the server's event loop) -------------------------------------
+
+    def _note(self, verb: str, argument: str) -> None:
+        with self._lock:
+            self.attempts.append((verb, argument))
+
+    def _next(self, script: deque[str], default: str) -> str:
+        with self._lock:
+            return script.popleft() if script else default
+
+    def _next_rcpt(self, address: str) -> str:
+        with self._lock:
+            script = self._rcpt_scripts.get(address.lower())
+            return script.popleft() if script else DEFAULT_RCPT
+
+    def _count(self, server: _TrackedSMTP) -> None:
+        if not server.counted:
+            server.counted = True
+            with self._lock:
+                self._connections += 1
+
+    async def _hold(self) -> None:
+        if self._stalled:
+            self._in_stall.set()
+            while self._stalled:
+                await asyncio.sleep(0.01)
+
+    def _accept(self, received: Received) -> None:
+        with self._arrived:
+            self.received.append(received)
+            self._arrived.notify_all()
+
+    def _authenticate(
+        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, data: Any
+    ) -> AuthResult:
+        if isinstance(data, LoginPassword):
+            user = data.login.decode("utf-8", "replace")
+            password = data.password.decode("utf-8", "replace")
+            if user in self.auth_users and self.auth_users[user] == password:
+                return AuthResult(success=True, auth_data=user)
+        return AuthResult(success=False, handled=False)
+
+    async def _close_sessions(self, abort: bool) -> None:
+        for session in list(self._sessions):
+            if session.transport is not None:
+                if abort:
+                    session.transport.abort()
+                else:
+                    session.transport.close()
+        deadline = time.monotonic() + 2
+        while self._sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    def _on_loop(self, controller: _Controller, coroutine: Any) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, controller.loop).result(5)
+
+
+class _Handler:
+    """aiosmtpd hooks, answering as the owning ``Upstream`` is told to."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    async def handle_EHLO(
+        self,
+        server: _TrackedSMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname
+        self.upstream._count(server)
+        self.upstream._note("EHLO", hostname)
+        if not self.upstream.auth_users:
+            # Otherwise aiosmtpd would still advertise an (empty) AUTH once TLS is up.
+            responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
+        return responses
+
+    async def handle_HELO(
+        self, server: _TrackedSMTP, session: Session, envelope: Envelope, hostname: str
+    ) -> str:
+        session.host_name = hostname
+        self.upstream._count(server)
+        self.upstream._note("HELO", hostname)
+        return f"250 {server.hostname}"
+
+    def handle_STARTTLS(self, server: SMTP, session: Session, envelope: Envelope) -> bool:
+        self.upstream._note("STARTTLS", "")
+        return True
+
+    async def handle_MAIL(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        options: list[str],
+    ) -> str:
+        self.upstream._note("MAIL", address)
+        reply = self.upstream._next(self.upstream._mail_script, DEFAULT_MAIL)
+        if reply.startswith("2"):
+            envelope.mail_from = address
+            envelope.mail_options.extend(options)
+        return reply
+
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        options: list[str],
+    ) -> str:
+        self.upstream._note("RCPT", address)
+        reply = self.upstream._next_rcpt(address)
+        if reply.startswith("2"):
+            envelope.rcpt_tos.append(address)
+            envelope.rcpt_options.extend(options)
+        return reply
+
+    async def handle_RSET(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.upstream._note("RSET", "")
+        return "250 OK"
+
+    async def handle_QUIT(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.upstream._note("QUIT", "")
+        return "221 Bye"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        upstream = self.upstream
+        data = envelope.original_content or b""
+        upstream._note("DATA", envelope.mail_from or "")
+        with upstream._lock:
+            upstream.data_seen.append(data)
+        await upstream._hold()
+        reply = upstream._next(upstream._data_script, DEFAULT_DATA)
+        if reply.startswith("2"):
+            transport = server.transport
+            tls = session.ssl is not None or (
+                transport is not None and transport.get_extra_info("ssl_object") is not None
+            )
+            upstream._accept(
+                Received(
+                    mail_from=envelope.mail_from or "",
+                    rcpt_tos=list(envelope.rcpt_tos),
+                    data=data,
+                    tls=tls,
+                    auth_user=session.auth_data if session.authenticated else None,
+                )
+            )
+        return reply
+
+
+class _TrackedSMTP(SMTP):
+    """The SMTP protocol, registering itself so the server can drop its sessions."""
+
+    def __init__(self, upstream: Upstream, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.upstream = upstream
+        self.counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.upstream._sessions.add(self)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.upstream._sessions.discard(self)
+        super().connection_lost(error)
+
+
+class _Controller(Controller):
+    def __init__(self, upstream: Upstream, port: int) -> None:
+        extra: dict[str, Any] = {}
+        if upstream.auth_users:
+            extra["authenticator"] = upstream._authenticate
+        else:
+            extra["auth_exclude_mechanism"] = ["LOGIN", "PLAIN"]
+        super().__init__(
+            _Handler(upstream),
+            hostname=HOST,
+            port=port,
+            ssl_context=upstream.ssl_context,
+            server_hostname=SERVER_NAME,
+            tls_context=upstream.tls_context,
+            require_starttls=False,
+            auth_require_tls=True,
+            ready_timeout=5.0,
+            **extra,
+        )
+        self.upstream = upstream
+
+    def factory(self) -> SMTP:
+        return _TrackedSMTP(self.upstream, self.handler, **self.SMTP_kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def _dispose(controller: _Controller) -> None:
+    """Tear down a controller whose start failed, leaving no thread or loop behind."""
+    with contextlib.suppress(Exception):
+        controller.stop(no_assert=True)
+    if not controller.loop.is_closed():
+        controller.loop.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    """A plain SMTP upstream (no TLS, no AUTH); ``url`` has ``tls=off``."""
+    with Upstream() as server:
+        yield server
+
+
+@pytest.fixture
+def tls_upstream(tmp_path: Path) -> Iterator[Upstream]:
+    """An upstream offering STARTTLS with a self-signed certificate (``.cafile`` trusts it)."""
+    certfile, keyfile = make_self_signed_cert(tmp_path / "upstream-tls")
+    with Upstream(tls_context=server_tls_context(certfile, keyfile), cafile=certfile) as server:
+        yield server
