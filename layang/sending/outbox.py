@@ -163,15 +163,22 @@ def record_results(
     recipients: Sequence[Recipient],
     results: dict[str, RecipientResult],
     policy: RetryPolicy,
+    built: tuple[str, bytes] | None = None,
 ) -> dict[str, str]:
     """Store the outcome of one attempt for each recipient ``owner`` still holds.
 
-    Returns recipient id → the status recorded. A recipient whose lease was lost to another
-    worker is left to that worker (delivery is at-least-once).
+    ``built`` is (transmission id, message bytes) when the message was built for this attempt:
+    it is kept if any recipient will be retried, so that retries send the very same bytes
+    without building them again. Returns recipient id → the status recorded. A recipient whose
+    lease was lost to another worker is left to that worker (delivery is at-least-once).
     """
     now = now_ms()
     recorded: dict[str, str] = {}
     with write_transaction():
+        if built and any(r.outcome == "deferred" for r in results.values()):
+            Transmission.update(raw=built[1]).where(
+                Transmission.id == built[0], Transmission.raw.is_null()
+            ).execute()
         for recipient in recipients:
             result = results[recipient.address]
             attempts = recipient.attempts + 1
@@ -214,10 +221,3 @@ def record_results(
             recorded[recipient.id] = status
     return recorded
 
-
-def store_raw(transmission_id: str, raw: bytes) -> None:
-    """Keep the built MIME message so that retries send the very same bytes."""
-    with write_transaction():
-        Transmission.update(raw=raw).where(
-            Transmission.id == transmission_id, Transmission.raw.is_null()
-        ).execute()

@@ -20,7 +20,6 @@ from layang.sending.outbox import (
     claim_due_recipients,
     record_results,
     renew_lease,
-    store_raw,
 )
 from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_url
 
@@ -78,8 +77,13 @@ class Worker:
     def deliver(self, transmission_id: str, recipients: Sequence[Recipient]) -> None:
         transmission = Transmission.get_by_id(transmission_id)
         addresses = [r.address for r in recipients]
+        built = None
         try:
-            raw = self.message_bytes(transmission)
+            if transmission.raw is not None:
+                raw = bytes(transmission.raw)
+            else:
+                raw = compose_message(json.loads(transmission.payload), transmission.message_id)
+                built = (transmission.id, raw)
         except Exception as error:
             log.exception("could not build message tid=%s", transmission_id)
             reply = f"message could not be built: {error}"
@@ -89,7 +93,7 @@ class Worker:
                 transmission.mail_from, addresses, raw, reference=transmission_id
             )
         outcomes = result.by_recipient()
-        recorded = record_results(self.owner, recipients, outcomes, self.policy)
+        recorded = record_results(self.owner, recipients, outcomes, self.policy, built)
         for recipient in recipients:
             if recipient.id in recorded:
                 outcome = outcomes[recipient.address]
@@ -102,9 +106,3 @@ class Worker:
                     json.dumps(outcome.reply),
                 )
 
-    def message_bytes(self, transmission: Transmission) -> bytes:
-        if transmission.raw is not None:
-            return bytes(transmission.raw)
-        raw = compose_message(json.loads(transmission.payload), transmission.message_id)
-        store_raw(transmission.id, raw)
-        return raw
