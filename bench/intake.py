@@ -100,8 +100,6 @@ def start_gunicorn(app: str, port: int, env: dict[str, str], log: Path) -> subpr
             "sync",
             "-b",
             f"127.0.0.1:{port}",
-            "--access-logfile",
-            "",
             app,
         ],
         cwd=ROOT,

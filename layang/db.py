@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -92,6 +93,30 @@ def write_transaction() -> AbstractContextManager[object]:
     if isinstance(db, peewee.SqliteDatabase):
         return db.atomic("IMMEDIATE")
     return db.atomic()
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(model: type[peewee.Model], fields: tuple[str, ...], rows: int, param: str) -> str:
+    meta = model._meta
+    columns = ", ".join(f'"{meta.fields[name].column_name}"' for name in fields)
+    values = "(" + ", ".join([param] * len(fields)) + ")"
+    # Only model metadata goes into the text; every value is a bound parameter.
+    return f'INSERT INTO "{meta.table_name}" ({columns}) VALUES ' + ", ".join([values] * rows)  # noqa: S608
+
+
+def insert_rows(
+    model: type[peewee.Model], fields: tuple[str, ...], rows: Sequence[Sequence[object]]
+) -> None:
+    """Insert ``rows`` (values in ``fields`` order) with one cached SQL statement.
+
+    On the intake path peewee spent more time building INSERT statements than the database
+    spent running them; the statement text only depends on the table and the row count.
+    Values must already be in their database form (ints, strings, bytes, None).
+    """
+    if not rows:
+        return
+    sql = _insert_sql(model, fields, len(rows), database.obj.param)
+    database.execute_sql(sql, [value for row in rows for value in row])
 
 
 class SchemaVersion(peewee.Model):

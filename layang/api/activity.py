@@ -66,7 +66,7 @@ def _epoch_ms(value: Any) -> int | None:
 
 @blp.route("/activity")
 class Activity(MethodView):
-    @blp.arguments(ActivityQuerySchema, location="query")
+    @blp.arguments(ActivityQuerySchema(), location="query")
     @blp.response(200, ActivityPageSchema)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List activity records, newest first

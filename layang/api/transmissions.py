@@ -234,7 +234,7 @@ class TransmissionSchema(ma.Schema):
 
 @blp.route("/transmissions")
 class Transmissions(MethodView):
-    @blp.arguments(TransmissionRequestSchema)
+    @blp.arguments(TransmissionRequestSchema())  # one instance: building it per request is costly
     @blp.response(200, TransmissionAcceptedSchema)
     @blp.alt_response(401, schema=ErrorSchema, description="Missing, unknown or revoked key.")
     @blp.alt_response(404, schema=ErrorSchema, description="Unknown templateId.")

@@ -105,4 +105,3 @@ class Worker:
                     recipient.address,
                     json.dumps(outcome.reply),
                 )
-
