@@ -10,6 +10,7 @@ from layang.config import Config
 from layang.db import database, open_database, upgrade
 from layang.logs import configure_logging
 from layang.models import MIGRATIONS
+from layang.web import init_web
 
 
 def init_db(config: Config) -> None:
@@ -40,7 +41,7 @@ def create_app(config: Config | None = None) -> flask.Flask:
     """Build the WSGI application from ``config`` (default: the environment)."""
     config = (config or Config.from_env()).with_secret_key()
     configure_logging(config)
-    app = flask.Flask("layang")
+    app = flask.Flask("layang", static_folder=None)
     app.config.update(
         LAYANG=config,
         SECRET_KEY=config.secret_key,
@@ -52,5 +53,6 @@ def create_app(config: Config | None = None) -> flask.Flask:
     init_db(config)
     app.before_request(connect_per_thread)
     init_api(app)
+    init_web(app)
     register_operations(app)
     return app

@@ -86,6 +86,18 @@ def worker() -> None:
     run_worker(config, stop)
 
 
+@main.command()
+def smtpd() -> None:
+    """The SMTP submission server (STARTTLS, AUTH with an API key)."""
+    from layang.serving import on_stop_signal, run_smtpd
+
+    config = load_service_config()
+    open_db(config)
+    stop = threading.Event()
+    on_stop_signal(stop)
+    run_smtpd(config, stop)
+
+
 @main.group()
 def db() -> None:
     """Database schema."""

@@ -113,3 +113,36 @@ def _initial_schema(db: peewee.Database) -> None:
 
 
 MIGRATIONS = [(1, "initial schema", _initial_schema)]
+
+
+UNVERIFIED = "unverified"
+VERIFIED = "verified"
+
+
+class AuthorizedRecipient(BaseModel):
+    """An address a sandbox account may send to once its owner has given consent.
+
+    Only the SHA-256 of the consent token is kept; using it clears it (single use).
+    """
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    account = peewee.ForeignKeyField(Account, backref="authorized_recipients", on_delete="CASCADE")
+    email = peewee.CharField(max_length=320)
+    email_key = peewee.CharField(max_length=320)
+    name = peewee.CharField(max_length=256, null=True)
+    status = peewee.CharField(max_length=16, default=UNVERIFIED)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    verified_at = peewee.BigIntegerField(null=True)
+    token_hash = peewee.CharField(max_length=64, null=True, unique=True)
+    token_expires_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        indexes = ((("account", "email_key"), True),)
+
+
+def _authorized_recipients(db: peewee.Database) -> None:
+    db.create_tables([AuthorizedRecipient])
+
+
+MODELS.append(AuthorizedRecipient)
+MIGRATIONS.append((2, "sandbox authorized recipients", _authorized_recipients))

@@ -68,6 +68,17 @@ def run_worker(config: Config, stop: threading.Event) -> None:
     Worker(config).run(stop)
 
 
+def run_smtpd(config: Config, stop: threading.Event) -> None:
+    """``layang smtpd``: the submission server until ``stop``."""
+    from layang.smtpd.server import submission_server
+
+    server = submission_server(config)
+    server.start()
+    log.info("smtp submission listening on %s", config.smtp_bind)
+    stop.wait()
+    server.stop()
+
+
 def run_all(
     config: Config, stop: threading.Event, on_ready: Callable[[], None] | None = None
 ) -> None:
@@ -80,13 +91,15 @@ def run_all(
     threads = [
         threading.Thread(target=http.serve_forever, name="http", daemon=True),
         threading.Thread(target=run_worker, args=(config, stop), name="worker"),
+        threading.Thread(target=run_smtpd, args=(config, stop), name="smtpd"),
     ]
     for thread in threads:
         thread.start()
     log.info(
-        "layang running http=http://%s:%d relay=%s pid=%d",
+        "layang running http=http://%s:%d smtp=%s relay=%s pid=%d",
         host,
         port,
+        config.smtp_bind,
         config.relay_url,
         os.getpid(),
     )

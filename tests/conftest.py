@@ -18,6 +18,7 @@ from layang.config import Config
 from layang.db import database
 from layang.models import Account
 from layang.sending.worker import Worker
+from tests.browser import browser, live_server  # noqa: F401 - fixtures
 from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
 
 

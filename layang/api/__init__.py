@@ -192,7 +192,7 @@ def register_error_handlers(app: flask.Flask) -> None:
 
 
 def init_api(app: flask.Flask) -> None:
-    from layang.api import activity, transmissions
+    from layang.api import activity, sandbox, transmissions
 
     app.config.update(
         API_TITLE="Layang",
@@ -214,7 +214,7 @@ def init_api(app: flask.Flask) -> None:
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "description": "An API key, lyg_…"}
     )
-    for module in (transmissions, activity):
+    for module in (transmissions, activity, sandbox):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
     register_error_handlers(app)

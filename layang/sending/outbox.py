@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layang.db import is_postgresql, iso_ms, new_id, now_ms, write_transaction
+from layang.addresses import domain_of
+from layang.db import insert_rows, is_postgresql, iso_ms, new_id, now_ms, write_transaction
 from layang.models import (
     BOUNCE,
     DELAY,
@@ -28,6 +29,34 @@ from layang.models import (
 from layang.sending.relay import RecipientResult
 
 log = logging.getLogger("layang.outbox")
+
+RECIPIENT_KINDS = ("to", "cc", "bcc")
+TRANSMISSION_FIELDS = (
+    "id",
+    "account",
+    "created_at",
+    "source",
+    "mail_from",
+    "from_header",
+    "subject",
+    "message_id",
+    "metadata",
+    "payload",
+    "raw",
+)
+RECIPIENT_FIELDS = (
+    "id",
+    "transmission",
+    "account",
+    "address",
+    "recipient_type",
+    "status",
+    "created_at",
+    "updated_at",
+    "attempts",
+    "next_attempt_at",
+)
+EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 
 
 @dataclass(frozen=True)
@@ -50,43 +79,97 @@ class Submission:
 def enqueue(account: Account, submission: Submission) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction."""
     created = submission.created_at
-    rows = [
-        {
-            "id": new_id(),
-            "transmission": submission.transmission_id,
-            "account": account.id,
-            "address": address,
-            "recipient_type": kind,
-            "status": INJECTION,
-            "created_at": created,
-            "updated_at": created,
-            "attempts": 0,
-            "next_attempt_at": created,
-        }
-        for address, kind in submission.recipients
-    ]
+    recipient_ids = [new_id() for _ in submission.recipients]
     detail = json.dumps({"source": submission.source})
+    payload = None if submission.payload is None else json.dumps(submission.payload)
     with write_transaction():
-        Transmission.insert(
-            id=submission.transmission_id,
-            account=account.id,
-            created_at=created,
-            source=submission.source,
-            mail_from=submission.mail_from,
-            from_header=submission.from_header,
-            subject=submission.subject,
-            message_id=submission.message_id,
-            metadata=json.dumps(submission.metadata),
-            payload=None if submission.payload is None else json.dumps(submission.payload),
-            raw=submission.raw,
-        ).execute()
-        Recipient.insert_many(rows).execute()
-        Event.insert_many(
+        insert_rows(
+            Transmission,
+            TRANSMISSION_FIELDS,
             [
-                {"recipient": r["id"], "status": INJECTION, "created_at": created, "detail": detail}
-                for r in rows
-            ]
-        ).execute()
+                (
+                    submission.transmission_id,
+                    account.id,
+                    created,
+                    submission.source,
+                    submission.mail_from,
+                    submission.from_header,
+                    submission.subject,
+                    submission.message_id,
+                    json.dumps(submission.metadata),
+                    payload,
+                    submission.raw,
+                )
+            ],
+        )
+        insert_rows(
+            Recipient,
+            RECIPIENT_FIELDS,
+            [
+                (
+                    rid,
+                    submission.transmission_id,
+                    account.id,
+                    address,
+                    kind,
+                    INJECTION,
+                    created,
+                    created,
+                    0,
+                    created,
+                )
+                for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True)
+            ],
+        )
+        insert_rows(
+            Event, EVENT_FIELDS, [(rid, INJECTION, created, detail) for rid in recipient_ids]
+        )
+
+
+def _envelope_recipients(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(address, kind) for every distinct recipient; an address listed twice gets one email,
+    under the first kind it appears in (to, then cc, then bcc)."""
+    seen: set[str] = set()
+    recipients = []
+    for kind in RECIPIENT_KINDS:
+        for address in data.get(kind, ()):
+            key = address["email"].lower()
+            if key not in seen:
+                seen.add(key)
+                recipients.append((address["email"], kind))
+    return recipients
+
+
+def queue_payload(
+    account: Account, payload: dict[str, Any], metadata: dict[str, str], source: str = "api"
+) -> str:
+    """Queue a message described by a normalised payload (addresses already normalised);
+    returns the transmission id once it is durably stored."""
+    transmission_id = new_id()
+    accepted_at = now_ms()
+    payload["date"] = accepted_at
+    sender = payload["from"]
+    submission = Submission(
+        transmission_id=transmission_id,
+        created_at=accepted_at,
+        source=source,
+        mail_from=sender["email"],
+        from_header=json.dumps(sender),
+        subject=payload["subject"],
+        message_id=f"<{transmission_id}@{domain_of(sender['email'])}>",
+        metadata=metadata,
+        recipients=_envelope_recipients(payload),
+        payload=payload,
+    )
+    enqueue(account, submission)
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        transmission_id,
+        account.name,
+        len(submission.recipients),
+        source,
+    )
+    return transmission_id
 
 
 def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[Recipient]:
@@ -220,4 +303,3 @@ def record_results(
             ).execute()
             recorded[recipient.id] = status
     return recorded
-

@@ -1,0 +1,238 @@
+"""The SMTP submission server: STARTTLS, AUTH with an API key, sandbox rules, enqueue.
+
+Every check that touches the database runs in a worker thread (``asyncio.to_thread``): the event
+loop serves all sessions and must never wait on a disk or a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import socket
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
+from marshmallow import ValidationError
+
+from layang.accounts import authenticate
+from layang.addresses import normalize_address
+from layang.config import Config
+from layang.db import database, new_id, now_ms
+from layang.models import Account
+from layang.sandbox import verified_addresses
+from layang.sending.outbox import Submission, enqueue
+from layang.smtpd.message import prepare_submission
+from layang.smtpd.tls import server_tls_context
+
+log = logging.getLogger("layang.smtpd")
+
+MAILTARGET_USER = "smtp_mt_injection"
+MAX_RECIPIENTS = 1000
+
+
+def check_credentials(user: str, key: str) -> Account | None:
+    """The account for SMTP user ``user`` with API key ``key``, or None.
+
+    The user is the account's name; the fixed name used by Mailtarget clients is accepted too,
+    the key alone then naming the account.
+    """
+    database.connect(reuse_if_open=True)
+    account = authenticate(key)
+    if account is None or user not in (account.name, MAILTARGET_USER):
+        return None
+    return account
+
+
+def _decode(value: str) -> bytes | None:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+class SubmissionHandler:
+    """aiosmtpd handler: only the hooks the submission server needs."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    # -- authentication --------------------------------------------------------------------
+
+    async def _login(self, user: bytes, key: bytes) -> AuthResult:
+        try:
+            user_text, key_text = user.decode(), key.decode()
+        except UnicodeDecodeError:
+            return AuthResult(success=False, handled=False)
+        account = await asyncio.to_thread(check_credentials, user_text, key_text)
+        if account is None:
+            log.info("smtp auth failed user=%r", user_text[:64])
+            return AuthResult(
+                success=False, handled=False, message="535 5.7.8 Authentication credentials invalid"
+            )
+        return AuthResult(success=True, auth_data=account)
+
+    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        if len(args) == 1:
+            blob = await server.challenge_auth("")
+            if not isinstance(blob, bytes):
+                return AuthResult(success=False, handled=True)
+        else:
+            blob = _decode(args[1])
+            if blob is None:
+                await server.push("501 5.5.2 Cannot decode base64")
+                return AuthResult(success=False, handled=True)
+        parts = blob.split(b"\0")
+        if len(parts) != 3:
+            await server.push("501 5.5.2 Cannot split the AUTH PLAIN value")
+            return AuthResult(success=False, handled=True)
+        return await self._login(parts[1], parts[2])
+
+    async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        if len(args) == 1:
+            user = await server.challenge_auth("Username:")
+            if not isinstance(user, bytes):
+                return AuthResult(success=False, handled=True)
+        else:
+            user = _decode(args[1])
+            if user is None:
+                await server.push("501 5.5.2 Cannot decode base64")
+                return AuthResult(success=False, handled=True)
+        key = await server.challenge_auth("Password:")
+        if not isinstance(key, bytes):
+            return AuthResult(success=False, handled=True)
+        return await self._login(user, key)
+
+    # -- the envelope ----------------------------------------------------------------------
+
+    async def handle_MAIL(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        mail_options: list[str],
+    ) -> str:
+        account: Account = session.auth_data
+        try:
+            sender = normalize_address(address)
+        except ValidationError:
+            return "553 5.1.7 Sender address rejected: not a valid address"
+        if account.is_sandbox and sender.lower() != self.config.sandbox_sender.lower():
+            return (
+                f"553 5.7.1 Sender not allowed: sandbox accounts send from "
+                f"{self.config.sandbox_sender}"
+            )
+        envelope.mail_from = sender
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 OK"
+
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        account: Account = session.auth_data
+        try:
+            recipient = normalize_address(address)
+        except ValidationError:
+            return "553 5.1.3 Recipient address rejected: not a valid address"
+        if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
+        if account.is_sandbox:
+            allowed = await asyncio.to_thread(self._verified, account, recipient)
+            if not allowed:
+                return f"550 5.7.1 <{recipient}> not an authorized recipient"
+        if recipient.lower() not in (r.lower() for r in envelope.rcpt_tos):
+            envelope.rcpt_tos.append(recipient)
+            envelope.rcpt_options.extend(rcpt_options)
+        return "250 2.1.5 OK"
+
+    @staticmethod
+    def _verified(account: Account, address: str) -> bool:
+        database.connect(reuse_if_open=True)
+        return bool(verified_addresses(account, [address]))
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        try:
+            transmission_id = await asyncio.to_thread(
+                self.store,
+                session.auth_data,
+                envelope.mail_from,
+                list(envelope.rcpt_tos),
+                envelope.original_content or b"",
+            )
+        except Exception:
+            log.exception("could not store a submitted message")
+            return "451 4.3.0 Could not store the message; try again later"
+        return f"250 2.0.0 OK queued as {transmission_id}"
+
+    def store(self, account: Account, mail_from: str, recipients: list[str], data: bytes) -> str:
+        """Durably queue the message; returns its transmission id."""
+        database.connect(reuse_if_open=True)
+        transmission_id = new_id()
+        accepted_at = now_ms()
+        message = prepare_submission(data, transmission_id, accepted_at, mail_from)
+
+        def kind(address: str) -> str:
+            key = address.lower()
+            return "to" if key in message.header_to else "cc" if key in message.header_cc else "bcc"
+
+        enqueue(
+            account,
+            Submission(
+                transmission_id=transmission_id,
+                created_at=accepted_at,
+                source="smtp",
+                mail_from=mail_from,
+                from_header=json.dumps(message.from_address),
+                subject=message.subject,
+                message_id=message.message_id,
+                metadata={},
+                recipients=[(address, kind(address)) for address in recipients],
+                raw=message.raw,
+            ),
+        )
+        log.info(
+            "accepted tid=%s account=%s recipients=%d source=smtp",
+            transmission_id,
+            account.name,
+            len(recipients),
+        )
+        return transmission_id
+
+
+class SubmissionSMTP(SMTP):
+    async def smtp_AUTH(self, arg: str) -> None:
+        if self.tls_context and not self._tls_protocol:
+            await self.push("530 5.7.0 Must issue a STARTTLS command first")
+            return
+        await super().smtp_AUTH(arg)
+
+
+class SubmissionController(Controller):
+    def factory(self) -> SMTP:
+        return SubmissionSMTP(self.handler, **self.SMTP_kwargs)
+
+
+def submission_server(config: Config) -> SubmissionController:
+    """The configured server, not yet started (``.start()`` / ``.stop()``)."""
+    host, port = config.smtp_host_port
+    return SubmissionController(
+        SubmissionHandler(config),
+        hostname=host,
+        port=port,
+        server_hostname=socket.gethostname(),
+        tls_context=server_tls_context(config),
+        require_starttls=False,
+        auth_required=True,
+        auth_require_tls=True,
+        data_size_limit=config.max_message_bytes,
+        enable_SMTPUTF8=False,
+        ident="Layang ESMTP",
+    )

@@ -1,0 +1,37 @@
+"""Server-rendered pages: the sandbox consent page (and, later, the console)."""
+
+from __future__ import annotations
+
+import flask
+
+from layang.web import consent
+
+web = flask.Blueprint(
+    "web",
+    __name__,
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/static",
+)
+consent.register(web)
+
+
+def page_security_headers(response: flask.Response) -> flask.Response:
+    """Pages must not be framed (a framed Give Consent button could be clicked by trickery)
+    and must not leak their URL, which may carry a token, to other sites."""
+    if response.mimetype == "text/html":
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+            "form-action 'self'; base-uri 'none'",
+        )
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def init_web(app: flask.Flask) -> None:
+    app.register_blueprint(web)
+    app.after_request(page_security_headers)
