@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import peewee
 
+import templates_store
 from layang.db import database, new_id, now_ms
 
 SANDBOX = "sandbox"
@@ -146,3 +147,14 @@ def _authorized_recipients(db: peewee.Database) -> None:
 
 MODELS.append(AuthorizedRecipient)
 MIGRATIONS.append((2, "sandbox authorized recipients", _authorized_recipients))
+
+
+def _templates(db: peewee.Database) -> None:
+    db.create_tables(templates_store.MODELS)
+
+
+# The template store's tables live in the same database as everything else.
+for _model in templates_store.MODELS:
+    _model.bind(database)
+MODELS.extend(templates_store.MODELS)
+MIGRATIONS.append((3, "templates", _templates))

@@ -14,11 +14,15 @@ from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
+import templates_store
 from layang.accounts import authenticate
 from layang.errors import (
+    Conflict,
     LayangError,
     MalformedJson,
+    NotFound,
     PayloadTooLarge,
+    PreconditionFailed,
     ServiceUnavailable,
     Unauthorized,
     UnsupportedMediaType,
@@ -183,8 +187,31 @@ def authenticate_request() -> None:
     g.account = account
 
 
+def as_layang_error(error: templates_store.TemplateStoreError) -> LayangError:
+    """The API's view of an error from the template store."""
+    if isinstance(error, templates_store.TemplateSyntaxError):
+        return ValidationFailed(str(error), {error.part: [str(error)]})
+    if isinstance(error, templates_store.InvalidTemplate):
+        return ValidationFailed(f"{error.field}: {error}", {error.field: [str(error)]})
+    if isinstance(error, templates_store.RenderError):
+        field = error.part or "substitutionData"
+        return ValidationFailed(f"{field}: could not render: {error}", {field: [str(error)]})
+    if isinstance(error, templates_store.TemplateNotFound):
+        return NotFound(f"No template {request.view_args.get('template_id', '')!r}.")
+    if isinstance(error, templates_store.TemplateConflict):
+        return Conflict(f"id: {error}")
+    if isinstance(error, templates_store.PreconditionFailed):
+        return PreconditionFailed("If-Match does not match the template's current ETag.")
+    return LayangError("The template store failed.")
+
+
+def handle_template_error(error: templates_store.TemplateStoreError) -> flask.Response:
+    return error_response(as_layang_error(error))
+
+
 def register_error_handlers(app: flask.Flask) -> None:
     app.register_error_handler(LayangError, handle_layang_error)
+    app.register_error_handler(templates_store.TemplateStoreError, handle_template_error)
     app.register_error_handler(HTTPException, handle_http_exception)
     app.register_error_handler(peewee.OperationalError, handle_database_unavailable)
     app.register_error_handler(peewee.InterfaceError, handle_database_unavailable)
@@ -192,7 +219,7 @@ def register_error_handlers(app: flask.Flask) -> None:
 
 
 def init_api(app: flask.Flask) -> None:
-    from layang.api import activity, sandbox, transmissions
+    from layang.api import activity, sandbox, templates, transmissions
 
     app.config.update(
         API_TITLE="Layang",
@@ -214,7 +241,7 @@ def init_api(app: flask.Flask) -> None:
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "description": "An API key, lyg_…"}
     )
-    for module in (transmissions, activity, sandbox):
+    for module in (transmissions, templates, activity, sandbox):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
     register_error_handlers(app)
