@@ -22,6 +22,7 @@ from layang.sending.outbox import (
     renew_lease,
 )
 from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_url
+from layang.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
 
@@ -34,6 +35,7 @@ class Worker:
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
+        self.tracker = Tracker(config.with_secret_key().secret_key, config.public_url)
 
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the message in hand before returning."""
@@ -76,13 +78,40 @@ class Worker:
 
     def deliver(self, transmission_id: str, recipients: Sequence[Recipient]) -> None:
         transmission = Transmission.get_by_id(transmission_id)
+        payload = json.loads(transmission.payload) if transmission.raw is None else None
+        options = (payload or {}).get("options", {})
+        if (
+            payload
+            and payload.get("bodyHtml")
+            and (options.get("openTracking") or options.get("clickTracking"))
+        ):
+            # Tracking URLs name the recipient, so each recipient gets a copy of its own.
+            for recipient in recipients:
+                self.attempt(transmission, [recipient], payload, tracked=True)
+        else:
+            self.attempt(transmission, recipients, payload, tracked=False)
+
+    def attempt(
+        self,
+        transmission: Transmission,
+        recipients: Sequence[Recipient],
+        payload: dict | None,
+        *,
+        tracked: bool,
+    ) -> None:
+        """One delivery attempt of one copy of the message to ``recipients``."""
+        transmission_id = transmission.id
         addresses = [r.address for r in recipients]
         built = None
         try:
-            if transmission.raw is not None:
+            if payload is None:
                 raw = bytes(transmission.raw)
+            elif tracked:
+                raw = compose_message(
+                    self.tracked_payload(payload, recipients[0].id), transmission.message_id
+                )
             else:
-                raw = compose_message(json.loads(transmission.payload), transmission.message_id)
+                raw = compose_message(payload, transmission.message_id)
                 built = (transmission.id, raw)
         except Exception as error:
             log.exception("could not build message tid=%s", transmission_id)
@@ -105,3 +134,13 @@ class Worker:
                     recipient.address,
                     json.dumps(outcome.reply),
                 )
+
+    def tracked_payload(self, payload: dict, recipient_id: str) -> dict:
+        options = payload.get("options", {})
+        html = self.tracker.track_html(
+            payload["bodyHtml"],
+            recipient_id,
+            opens=bool(options.get("openTracking")),
+            clicks=bool(options.get("clickTracking")),
+        )
+        return {**payload, "bodyHtml": html}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from layang.web import consent
+from layang.web import consent, tracking
 
 web = flask.Blueprint(
     "web",
@@ -14,6 +14,7 @@ web = flask.Blueprint(
     static_url_path="/static",
 )
 consent.register(web)
+tracking.register(web)
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:

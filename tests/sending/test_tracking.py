@@ -1,0 +1,135 @@
+"""Open and click tracking, end to end on the bytes the upstream server received."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from itsdangerous import URLSafeSerializer
+
+from tests.conftest import drain
+
+HTML = """<!DOCTYPE html><html><body>
+<p>Hello! <a href="https://shop.test/orders/42?a=1&amp;b=2">See your order</a></p>
+<p><a href='http://shop.test/help'>Help</a> or <a href="mailto:help@shop.test">mail us</a>
+or <a href="#top">top</a>.</p>
+</body></html>"""
+TEXT = "See your order: https://shop.test/orders/42\n"
+
+
+def send(client, auth, to, **options):
+    body = {"from": {"email": "shop@sender.test"}, "subject": "Tracked",
+            "to": [{"email": a} for a in to], "bodyHtml": HTML, "bodyText": TEXT}
+    if options:
+        body["optionsAttributes"] = options
+    response = client.post("/v1/layang/transmissions", json=body, headers=auth)
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["transmissionId"]
+
+
+def html_of(received):
+    return received.message.get_body(("html",)).get_content()
+
+
+def links(html):
+    return re.findall(r"""href=["']([^"']+)["']""", html)
+
+
+def path_of(url):
+    parts = urlsplit(url)
+    assert parts.scheme == "http" and parts.netloc == "127.0.0.1:8000"
+    return parts.path
+
+
+def record(client, auth, tid, address):
+    page = client.get("/v1/layang/activity", query_string={"transmissionId": tid},
+                      headers=auth).get_json()
+    return next(r for r in page["items"] if r["recipient"] == address)
+
+
+def test_open_and_click_tracking(client, auth, upstream, relay_to):
+    tid = send(client, auth, ["ana@rcpt.test", "bob@rcpt.test"], openTracking=True,
+               clickTracking=True)
+    drain(relay_to(upstream))
+    # One copy per recipient: their tracking URLs differ.
+    assert sorted(r.rcpt_tos[0] for r in upstream.received) == ["ana@rcpt.test",
+                                                               "bob@rcpt.test"]
+    ana = next(r for r in upstream.received if r.rcpt_tos == ["ana@rcpt.test"])
+    bob = next(r for r in upstream.received if r.rcpt_tos == ["bob@rcpt.test"])
+    ana_html, bob_html = html_of(ana), html_of(bob)
+    assert ana_html != bob_html
+    assert ana.message["To"] == "ana@rcpt.test, bob@rcpt.test"  # same headers for both
+
+    hrefs = links(ana_html)
+    tracked = [h for h in hrefs if "/t/c/" in h]
+    assert len(tracked) == 2
+    assert "mailto:help@shop.test" in hrefs and "#top" in hrefs
+    assert "shop.test/orders" not in ana_html  # the original URL is only inside the token
+    assert ana.message.get_body(("plain",)).get_content() == TEXT.replace("\n", "\r\n")
+
+    pixel = re.search(r'<img src="([^"]+/t/o/[^"]+)" width="1" height="1"', ana_html).group(1)
+    for agent in ("Mail/1.0", "Mail/2.0"):
+        opened = client.get(path_of(pixel), headers={"User-Agent": agent})
+        assert opened.status_code == 200
+        assert opened.mimetype == "image/gif" and opened.data.startswith(b"GIF89a")
+        assert "no-store" in opened.headers["Cache-Control"]
+
+    clicked = client.get(path_of(tracked[0]), headers={"User-Agent": "Browser/9"})
+    assert clicked.status_code == 302
+    assert clicked.headers["Location"] == "https://shop.test/orders/42?a=1&b=2"
+    second = client.get(path_of(tracked[1]))
+    assert second.headers["Location"] == "http://shop.test/help"
+
+    events = record(client, auth, tid, "ana@rcpt.test")["events"]
+    assert [e["status"] for e in events] == ["Injection", "Delivery", "Open", "Open", "Click",
+                                             "Click"]
+    opens = [e["detail"] for e in events if e["status"] == "Open"]
+    assert opens[0] == {"userAgent": "Mail/1.0", "first": True}
+    assert opens[1] == {"userAgent": "Mail/2.0", "first": False}
+    click = events[4]["detail"]
+    assert click == {"url": "https://shop.test/orders/42?a=1&b=2", "userAgent": "Browser/9"}
+    assert record(client, auth, tid, "ana@rcpt.test")["status"] == "Delivery"
+    assert [e["status"] for e in record(client, auth, tid, "bob@rcpt.test")["events"]] == [
+        "Injection", "Delivery"]
+
+    filtered = client.get("/v1/layang/activity", query_string={"status": "Click"},
+                          headers=auth).get_json()["items"]
+    assert [r["recipient"] for r in filtered] == ["ana@rcpt.test"]
+
+
+def test_tampered_and_foreign_tokens_are_404(client, auth, upstream, relay_to, app):
+    send(client, auth, ["ana@rcpt.test"], openTracking=True, clickTracking=True)
+    drain(relay_to(upstream))
+    html = html_of(upstream.received[0])
+    click = path_of(next(h for h in links(html) if "/t/c/" in h))
+    token = click.rsplit("/", 1)[1]
+    tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+    response = client.get("/t/c/" + tampered)
+    assert response.status_code == 404 and "Location" not in response.headers
+    assert response.get_json()["error"] == "not_found"
+
+    foreign = URLSafeSerializer("another-secret", salt="layang-tracking").dumps(
+        ["c", "whatever", "https://evil.test/"])
+    assert client.get("/t/c/" + foreign).status_code == 404
+    # A genuine signature over a non-web URL is refused too.
+    ours = URLSafeSerializer(app.config["SECRET_KEY"], salt="layang-tracking")
+    assert client.get("/t/c/" + ours.dumps(["c", "x", "javascript:alert(1)"])).status_code == 404
+    assert client.get("/t/o/" + ours.dumps(["o", "no-such-record"])).status_code == 404
+    assert client.get("/t/o/" + ours.dumps(["c", "x", "https://a.test/"])).status_code == 404
+
+
+def test_untracked_mail_has_no_tracking_urls(client, auth, upstream, relay_to):
+    send(client, auth, ["ana@rcpt.test", "bob@rcpt.test"])
+    send(client, auth, ["cy@rcpt.test"], openTracking=False, clickTracking=False)
+    drain(relay_to(upstream))
+    assert len(upstream.received) == 2  # one copy for both recipients of the first
+    for received in upstream.received:
+        assert b"/t/o/" not in received.data and b"/t/c/" not in received.data
+
+
+def test_open_only_leaves_links_alone(client, auth, upstream, relay_to):
+    send(client, auth, ["ana@rcpt.test"], openTracking=True)
+    drain(relay_to(upstream))
+    html = html_of(upstream.received[0])
+    assert "/t/o/" in html and "/t/c/" not in html
+    assert 'href="https://shop.test/orders/42?a=1&amp;b=2"' in html
