@@ -117,3 +117,16 @@ def get_transmission_view(account: Account, transmission_id: str) -> dict[str, A
         "subject": transmission.subject,
         "recipients": [_record(r, transmission, events[r.id]) for r in recipients],
     }
+
+
+def get_record(account: Account, record_id: str) -> dict[str, Any]:
+    """One activity record of ``account``. Another account's record is ``NotFound``."""
+    row = (
+        Recipient.select(Recipient, Transmission)
+        .join(Transmission)
+        .where((Recipient.id == record_id) & (Recipient.account == account.id))
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No activity record {record_id!r}.")
+    return _record(row, row.transmission, _events_by_recipient([row.id])[row.id])

@@ -94,8 +94,11 @@ class Tracker:
 
 def is_web_url(url: str) -> bool:
     lowered = url.lower()
-    return (lowered.startswith(("http://", "https://")) and len(url) <= 4096
-            and not any(c in url for c in "\r\n\t\0"))
+    return (
+        lowered.startswith(("http://", "https://"))
+        and len(url) <= 4096
+        and not any(c in url for c in "\r\n\t\0")
+    )
 
 
 def record_engagement(recipient_id: str, status: str, detail: dict[str, object]) -> None:
@@ -115,6 +118,7 @@ def record_engagement(recipient_id: str, status: str, detail: dict[str, object])
                 (Event.recipient == recipient_id) & (Event.status == OPEN)
             )
             detail["first"] = not earlier.exists()
-        Event.insert(recipient=recipient_id, status=status, created_at=now,
-                     detail=json.dumps(detail)).execute()
+        Event.insert(
+            recipient=recipient_id, status=status, created_at=now, detail=json.dumps(detail)
+        ).execute()
         Recipient.update(updated_at=now).where(Recipient.id == recipient_id).execute()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from layang.web import consent, tracking
+from layang.web import consent, console, tracking
 
 web = flask.Blueprint(
     "web",
@@ -15,6 +15,7 @@ web = flask.Blueprint(
 )
 consent.register(web)
 tracking.register(web)
+console.register(web)
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:
@@ -34,5 +35,13 @@ def page_security_headers(response: flask.Response) -> flask.Response:
 
 
 def init_web(app: flask.Flask) -> None:
+    config = app.config["LAYANG"]
+    app.config.update(
+        SESSION_COOKIE_NAME="layang_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.public_url.startswith("https://"),
+        PERMANENT_SESSION_LIFETIME=12 * 3600,
+    )
     app.register_blueprint(web)
     app.after_request(page_security_headers)

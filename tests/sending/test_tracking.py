@@ -18,8 +18,13 @@ TEXT = "See your order: https://shop.test/orders/42\n"
 
 
 def send(client, auth, to, **options):
-    body = {"from": {"email": "shop@sender.test"}, "subject": "Tracked",
-            "to": [{"email": a} for a in to], "bodyHtml": HTML, "bodyText": TEXT}
+    body = {
+        "from": {"email": "shop@sender.test"},
+        "subject": "Tracked",
+        "to": [{"email": a} for a in to],
+        "bodyHtml": HTML,
+        "bodyText": TEXT,
+    }
     if options:
         body["optionsAttributes"] = options
     response = client.post("/v1/layang/transmissions", json=body, headers=auth)
@@ -42,18 +47,19 @@ def path_of(url):
 
 
 def record(client, auth, tid, address):
-    page = client.get("/v1/layang/activity", query_string={"transmissionId": tid},
-                      headers=auth).get_json()
+    page = client.get(
+        "/v1/layang/activity", query_string={"transmissionId": tid}, headers=auth
+    ).get_json()
     return next(r for r in page["items"] if r["recipient"] == address)
 
 
 def test_open_and_click_tracking(client, auth, upstream, relay_to):
-    tid = send(client, auth, ["ana@rcpt.test", "bob@rcpt.test"], openTracking=True,
-               clickTracking=True)
+    tid = send(
+        client, auth, ["ana@rcpt.test", "bob@rcpt.test"], openTracking=True, clickTracking=True
+    )
     drain(relay_to(upstream))
     # One copy per recipient: their tracking URLs differ.
-    assert sorted(r.rcpt_tos[0] for r in upstream.received) == ["ana@rcpt.test",
-                                                               "bob@rcpt.test"]
+    assert sorted(r.rcpt_tos[0] for r in upstream.received) == ["ana@rcpt.test", "bob@rcpt.test"]
     ana = next(r for r in upstream.received if r.rcpt_tos == ["ana@rcpt.test"])
     bob = next(r for r in upstream.received if r.rcpt_tos == ["bob@rcpt.test"])
     ana_html, bob_html = html_of(ana), html_of(bob)
@@ -81,8 +87,14 @@ def test_open_and_click_tracking(client, auth, upstream, relay_to):
     assert second.headers["Location"] == "http://shop.test/help"
 
     events = record(client, auth, tid, "ana@rcpt.test")["events"]
-    assert [e["status"] for e in events] == ["Injection", "Delivery", "Open", "Open", "Click",
-                                             "Click"]
+    assert [e["status"] for e in events] == [
+        "Injection",
+        "Delivery",
+        "Open",
+        "Open",
+        "Click",
+        "Click",
+    ]
     opens = [e["detail"] for e in events if e["status"] == "Open"]
     assert opens[0] == {"userAgent": "Mail/1.0", "first": True}
     assert opens[1] == {"userAgent": "Mail/2.0", "first": False}
@@ -90,10 +102,13 @@ def test_open_and_click_tracking(client, auth, upstream, relay_to):
     assert click == {"url": "https://shop.test/orders/42?a=1&b=2", "userAgent": "Browser/9"}
     assert record(client, auth, tid, "ana@rcpt.test")["status"] == "Delivery"
     assert [e["status"] for e in record(client, auth, tid, "bob@rcpt.test")["events"]] == [
-        "Injection", "Delivery"]
+        "Injection",
+        "Delivery",
+    ]
 
-    filtered = client.get("/v1/layang/activity", query_string={"status": "Click"},
-                          headers=auth).get_json()["items"]
+    filtered = client.get(
+        "/v1/layang/activity", query_string={"status": "Click"}, headers=auth
+    ).get_json()["items"]
     assert [r["recipient"] for r in filtered] == ["ana@rcpt.test"]
 
 
@@ -109,7 +124,8 @@ def test_tampered_and_foreign_tokens_are_404(client, auth, upstream, relay_to, a
     assert response.get_json()["error"] == "not_found"
 
     foreign = URLSafeSerializer("another-secret", salt="layang-tracking").dumps(
-        ["c", "whatever", "https://evil.test/"])
+        ["c", "whatever", "https://evil.test/"]
+    )
     assert client.get("/t/c/" + foreign).status_code == 404
     # A genuine signature over a non-web URL is refused too.
     ours = URLSafeSerializer(app.config["SECRET_KEY"], salt="layang-tracking")
