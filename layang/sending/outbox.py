@@ -56,7 +56,6 @@ RECIPIENT_FIELDS = (
     "attempts",
     "next_attempt_at",
 )
-EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,6 @@ def enqueue(account: Account, submission: Submission) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
-    detail = json.dumps({"source": submission.source})
     payload = None if submission.payload is None else json.dumps(submission.payload)
     with write_transaction():
         insert_rows(
@@ -120,9 +118,6 @@ def enqueue(account: Account, submission: Submission) -> None:
                 )
                 for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True)
             ],
-        )
-        insert_rows(
-            Event, EVENT_FIELDS, [(rid, INJECTION, created, detail) for rid in recipient_ids]
         )
 
 

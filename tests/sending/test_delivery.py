@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from layang.activity import get_record
 from layang.models import Event, Recipient
 from tests.conftest import b64, drain
 
@@ -34,7 +35,8 @@ def events(transmission_id, address):
     recipient = Recipient.get(
         Recipient.transmission == transmission_id, Recipient.address == address
     )
-    return [e.status for e in Event.select().where(Event.recipient == recipient).order_by(Event.id)]
+    record = get_record(recipient.account, recipient.id)  # as the Activity API shows it
+    return [event["status"] for event in record["events"]]
 
 
 def test_text_only(client, auth, upstream, relay_to):
