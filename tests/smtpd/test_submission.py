@@ -275,3 +275,34 @@ def test_accepted_message_survives_smtpd_kill(config, trial, upstream, tmp_path)
     finally:
         stop(worker)
     assert upstream.received[0].message["Subject"] == "kept over smtp"
+
+
+def test_size_is_enforced_without_a_declared_size(server, smtp_config, trial):
+    account, key = trial
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    smtp.mail(SANDBOX_SENDER)  # no SIZE= parameter: the limit applies to the data itself
+    smtp.rcpt("ana@rcpt.test")
+    lines = smtp_config.max_message_bytes // 80 + 10
+    code, _ = smtp.data(b"Subject: big\r\n\r\n" + (b"x" * 78 + b"\r\n") * lines)
+    assert code == 552
+    smtp.close()
+    assert Transmission.select().count() == 0
+
+
+def test_activity_shows_the_submitted_message(
+    server, smtp_config, trial, client, upstream, relay_to
+):
+    account, key = trial
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    smtp.send_message(message(subject="Seen in Activity"), to_addrs=["ana@rcpt.test"])
+    smtp.quit()
+    drain(relay_to(upstream))
+    page = client.get("/v1/layang/activity", headers={"Authorization": f"Bearer {key}"})
+    (record,) = page.get_json()["items"]
+    assert record["subject"] == "Seen in Activity"
+    assert record["status"] == "Delivery"
+    assert record["from"] == {"email": SANDBOX_SENDER, "name": "Trial Shop"}
+    assert [e["status"] for e in record["events"]] == ["Injection", "Delivery"]
+    assert record["events"][0]["detail"] == {"source": "smtp"}
