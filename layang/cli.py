@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from layang import accounts
+from layang.cli_send import send as send_command
 from layang.config import Config, ConfigError
 from layang.db import iso_ms, open_database, upgrade
 from layang.errors import LayangError
@@ -186,3 +187,6 @@ class domain_errors:
             click.echo(json.dumps(error.to_dict()), err=True)
             sys.exit(1)
         return False
+
+
+main.add_command(send_command)

@@ -1,0 +1,95 @@
+"""``layang send`` against the live service."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from layang.cli import main
+from layang.cli_send import default_base_url
+from tests.client.conftest import delivered_to
+from tests.conftest import drain
+
+
+@pytest.fixture
+def layang(live_server, api_key):
+    runner = CliRunner()
+
+    def invoke(*args, env=None):
+        environment = {"LAYANG_API_KEY": api_key, "LAYANG_BASE_URL": live_server, **(env or {})}
+        return runner.invoke(main, ["send", *args], env=environment, catch_exceptions=False)
+
+    return invoke
+
+
+def test_send_prints_the_transmission_id(layang, sdk, upstream, relay_to, tmp_path):
+    page = tmp_path / "body.html"
+    page.write_text("<!DOCTYPE html><html><body><p>Grüße</p></body></html>", encoding="utf-8")
+    invoice = tmp_path / "invoice.pdf"
+    invoice.write_bytes(b"%PDF-1.4 tiny")
+    result = layang(
+        "--from", "Shop <shop@shop.example>",
+        "--to", "ana@rcpt.example", "--to", "Bo <bo@rcpt.example>",
+        "--cc", "cy@rcpt.example", "--bcc", "dee@rcpt.example",
+        "--subject", "Invoice", "--text", "Attached.", "--html-file", str(page),
+        "--attach", str(invoice),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    transmission_id = json.loads(result.stdout)["transmissionId"]
+    assert sdk.transmissions.get(transmission_id)["subject"] == "Invoice"
+
+    drain(relay_to(upstream))
+    message = delivered_to(upstream, "dee@rcpt.example")
+    assert message["To"] == "ana@rcpt.example, Bo <bo@rcpt.example>"
+    assert message["Cc"] == "cy@rcpt.example"
+    assert "Grüße" in message.get_body(("html",)).get_content()
+    [attachment] = message.iter_attachments()
+    assert attachment.get_filename() == "invoice.pdf"
+    assert attachment.get_payload(decode=True) == b"%PDF-1.4 tiny"
+
+
+def test_send_a_template(layang, sdk, upstream, relay_to):
+    sdk.templates.create(
+        id="hello", name="Hello", subject="Hi {{name}}", body_text="Hello {{name}}!"
+    )
+    result = layang(
+        "--from", "shop@shop.example", "--to", "ana@rcpt.example",
+        "--template", "hello", "--data", '{"name": "Ana"}',
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    drain(relay_to(upstream))
+    message = delivered_to(upstream, "ana@rcpt.example")
+    assert message["Subject"] == "Hi Ana"
+    assert message.get_content().strip() == "Hello Ana!"
+
+
+def test_errors(layang):
+    refused = layang("--from", "shop@shop.example", "--to", "nope", "--subject", "x", "--text", "x")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    body = json.loads(refused.stderr)
+    assert body["error"] == "validation_failed" and body["status"] == 400
+    assert body["message"].startswith("to.0.email:") and body["errors"]["to"]["0"]["email"]
+
+    unknown = layang(
+        "--from", "a@x.example", "--to", "b@x.example", "--text", "x", "--subject", "x",
+        env={"LAYANG_API_KEY": "lyg_wrong"},
+    )  # fmt: skip
+    assert unknown.exit_code == 1 and json.loads(unknown.stderr)["error"] == "unauthorized"
+
+    no_key = layang("--from", "a@x.example", "--to", "b@x.example", env={"LAYANG_API_KEY": ""})
+    assert no_key.exit_code == 2 and "LAYANG_API_KEY" in no_key.stderr
+    bad_data = layang(
+        "--from", "a@x.example", "--to", "b@x.example", "--template", "t", "--data", "[1]"
+    )
+    assert bad_data.exit_code == 2 and "JSON object" in bad_data.stderr
+
+
+def test_default_base_url(monkeypatch):
+    monkeypatch.delenv("LAYANG_HTTP_BIND", raising=False)
+    assert default_base_url() == "http://127.0.0.1:8000"
+    monkeypatch.setenv("LAYANG_HTTP_BIND", "0.0.0.0:9000")
+    assert default_base_url() == "http://127.0.0.1:9000"
+    monkeypatch.setenv("LAYANG_HTTP_BIND", "[::1]:9001")
+    assert default_base_url() == "http://[::1]:9001"
