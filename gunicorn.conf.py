@@ -1,4 +1,4 @@
-"""gunicorn -c gunicorn.conf.py wsgi:app — the same settings as ``layang serve``."""
+"""gunicorn -c gunicorn.conf.py wsgi:app — the same settings and fork hooks as ``layang serve``."""
 
 from layang.config import Config
 from layang.serving import gunicorn_settings

@@ -2,21 +2,54 @@
 
 from __future__ import annotations
 
+import logging
+
 import flask
 from swagger_ui_bundle import swagger_ui_path
 
 from layang.api import init_api
 from layang.config import Config
-from layang.db import database, open_database, upgrade
+from layang.db import (
+    UNAVAILABLE_ERRORS,
+    database,
+    discard_connection,
+    error_summary,
+    is_postgresql,
+    open_database,
+    upgrade,
+)
 from layang.logs import configure_logging
+from layang.metrics import render_app_metrics
 from layang.models import MIGRATIONS
 from layang.web import init_web
 
+log = logging.getLogger("layang.app")
 
-def init_db(config: Config) -> None:
-    """Open the configured database and bring its schema up to date."""
+# The Prometheus text format, version 0.0.4: what every Prometheus server reads.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_ENDPOINT = "metrics"
+
+
+def init_db(config: Config) -> bool:
+    """Open the configured database and bring its schema up to date.
+
+    Returns False when a PostgreSQL server could not be reached: the process still starts (a
+    gunicorn worker that fails to boot takes the whole server down), answers 503 meanwhile, and
+    upgrades the schema before the first request that finds the database back.
+    """
     open_database(config.database_url)
-    upgrade(MIGRATIONS)
+    try:
+        upgrade(MIGRATIONS)
+    except UNAVAILABLE_ERRORS as error:
+        if not is_postgresql():
+            raise
+        log.warning(
+            "database unavailable at start, serving 503 until it is back: %s",
+            error_summary(error),
+        )
+        discard_connection()
+        return False
+    return True
 
 
 def register_operations(app: flask.Flask) -> None:
@@ -24,6 +57,11 @@ def register_operations(app: flask.Flask) -> None:
     def healthz() -> tuple[dict[str, str], int]:
         database.execute_sql("SELECT 1")
         return {"status": "ok"}, 200
+
+    @app.get("/metrics")
+    def metrics() -> flask.Response:
+        # No authentication: meant for a scraper on the internal network (see docs/deploy.md).
+        return flask.Response(render_app_metrics(), content_type=METRICS_CONTENT_TYPE)
 
     @app.get("/docs/assets/<path:filename>")
     def docs_assets(filename: str) -> flask.Response:
@@ -34,7 +72,22 @@ def register_operations(app: flask.Flask) -> None:
 def connect_per_thread() -> None:
     # One connection per worker thread, kept open: reconnecting per request costs a WAL
     # checkpoint on SQLite and a TCP + auth round trip on PostgreSQL.
+    if flask.request.endpoint == METRICS_ENDPOINT:
+        return  # it reports layang_database_up 0 rather than failing without the database
     database.connect(reuse_if_open=True)
+
+
+def upgrade_when_back() -> None:
+    """Before the first request that reaches the database after a start without it."""
+    app = flask.current_app
+    if app.extensions.get("layang_schema_pending"):
+        try:
+            upgrade(MIGRATIONS)
+        except UNAVAILABLE_ERRORS:
+            if flask.request.endpoint == METRICS_ENDPOINT:
+                return
+            raise
+        app.extensions["layang_schema_pending"] = False
 
 
 def create_app(config: Config | None = None) -> flask.Flask:
@@ -50,7 +103,9 @@ def create_app(config: Config | None = None) -> flask.Flask:
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False
-    init_db(config)
+    if not init_db(config):
+        app.extensions["layang_schema_pending"] = True
+        app.before_request(upgrade_when_back)
     app.before_request(connect_per_thread)
     init_api(app)
     init_web(app)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
+LOG_FORMATS = ("text", "json")
+
 
 class ConfigError(ValueError):
     """A configuration value is present but unusable."""
@@ -74,6 +76,8 @@ class Config:
     worker_poll_seconds: float = 0.5
     worker_batch_size: int = 50
     log_level: str = "INFO"
+    log_format: str = "text"
+    worker_metrics_bind: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, dotenv: bool = True) -> Config:
@@ -92,6 +96,12 @@ class Config:
         smtp_bind = env.get("LAYANG_SMTP_BIND") or "127.0.0.1:2587"
         parse_bind(http_bind, "LAYANG_HTTP_BIND")
         parse_bind(smtp_bind, "LAYANG_SMTP_BIND")
+        worker_metrics_bind = env.get("LAYANG_WORKER_METRICS_BIND", "")
+        if worker_metrics_bind:
+            parse_bind(worker_metrics_bind, "LAYANG_WORKER_METRICS_BIND")
+        log_format = (env.get("LAYANG_LOG_FORMAT") or "text").lower()
+        if log_format not in LOG_FORMATS:
+            raise ConfigError(f"LAYANG_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
         config = cls(
             data_dir=data_dir,
             database_url=env.get("LAYANG_DATABASE_URL") or f"sqlite:///{data_dir / 'layang.db'}",
@@ -111,6 +121,8 @@ class Config:
             worker_poll_seconds=_seconds(env, "LAYANG_WORKER_POLL_SECONDS", 0.5),
             worker_batch_size=_integer(env, "LAYANG_WORKER_BATCH_SIZE", 50),
             log_level=(env.get("LAYANG_LOG_LEVEL") or "INFO").upper(),
+            log_format=log_format,
+            worker_metrics_bind=worker_metrics_bind,
         )
         return config
 

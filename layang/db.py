@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import functools
+import logging
 import secrets
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import peewee
 from playhouse.db_url import connect as connect_url
+from playhouse.db_url import parse as parse_url
+
+try:
+    from psycopg2 import extensions as psycopg2_extensions
+except ImportError:  # PostgreSQL support is optional
+    psycopg2_extensions = None
+
+log = logging.getLogger("layang.db")
 
 database = peewee.DatabaseProxy()
 
@@ -25,6 +36,20 @@ SQLITE_PRAGMAS = {
     "foreign_keys": 1,
     "cache_size": -16000,
 }
+
+# Fail fast instead of hanging on an unreachable server, and notice a peer that vanished without
+# closing the connection (a crashed host, a dropped NAT entry). A URL's query string overrides.
+POSTGRESQL_CONNECT_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+# Errors that mean "the database cannot be reached or the connection broke", as peewee raises
+# them for psycopg2 and sqlite3 alike.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (peewee.OperationalError, peewee.InterfaceError)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -61,18 +86,76 @@ def new_id() -> str:
     return "".join(reversed(chars))
 
 
+class PostgresqlDatabase(peewee.PostgresqlDatabase):
+    """PostgreSQL with one connection per thread that replaces itself once it has gone bad.
+
+    After a server restart every open psycopg2 connection is dead, but nothing says so until a
+    statement fails on it. Before a statement outside a transaction, and before BEGIN, this looks
+    (without a round trip) whether the connection is still usable and opens a fresh one if not,
+    so that the API, the workers and the SMTP server carry on by themselves once the server is
+    back. COMMIT and ROLLBACK are never moved to a fresh connection: a transaction dies with its
+    connection, and its COMMIT must fail rather than succeed on a connection that never saw it.
+    """
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        if not self.in_transaction():
+            self._replace_if_dead()
+        return super().execute_sql(sql, params)
+
+    def begin(self, isolation_level: Any = None) -> None:
+        self._replace_if_dead()
+        super().begin(isolation_level)
+
+    def _replace_if_dead(self) -> None:
+        if not self.is_closed() and not self.connection_alive():
+            log.warning("database connection lost; reconnecting")
+            self.dispose()
+
+    def connection_alive(self) -> bool:
+        """Whether the open, idle connection can still be used, judged without a round trip.
+
+        An idle connection has nothing to read: if its socket is readable, the server has sent
+        its goodbye (``terminating connection due to administrator command``) or closed it. A
+        connection inside a transaction counts as alive: only a statement can tell.
+        """
+        conn = self._state.conn
+        if conn is None or conn.closed:
+            return False
+        status = conn.get_transaction_status()
+        if status == psycopg2_extensions.TRANSACTION_STATUS_UNKNOWN:
+            return False
+        if status != psycopg2_extensions.TRANSACTION_STATUS_IDLE:
+            return True
+        fd = conn.fileno()
+        readable, _, _ = select.select([fd], [], [], 0) if fd < 1024 else _poll(fd)
+        return not readable
+
+
+def _poll(fd: int) -> tuple[list[int], list[int], list[int]]:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(0)], [], []
+
+
 def open_database(url: str) -> peewee.Database:
     """Open the database named by ``url`` and bind the shared proxy to it.
 
-    ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``postgresql://…``.
+    ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``postgresql://…``
+    (``postgres://`` too; libpq parameters such as ``sslmode`` go in the query string).
     """
     if url.startswith("sqlite:"):
         path = url.split(":///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        db = connect_url(url, pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+        db: peewee.Database = connect_url(url, pragmas=SQLITE_PRAGMAS, check_same_thread=False)
     elif url.startswith(("postgres://", "postgresql://")):
-        db = connect_url(url, autorollback=True)
+        params = {
+            **POSTGRESQL_CONNECT_DEFAULTS,
+            **parse_url(url, unquote_password=True, unquote_user=True),
+        }
+        if not params.get("database"):
+            raise ValueError(f"database URL {url!r} names no database")
+        db = PostgresqlDatabase(params.pop("database"), **params)
     else:
         raise ValueError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
     database.initialize(db)
@@ -80,7 +163,48 @@ def open_database(url: str) -> peewee.Database:
 
 
 def is_postgresql() -> bool:
+    """Whether the shared database is PostgreSQL (else SQLite)."""
     return isinstance(database.obj, peewee.PostgresqlDatabase)
+
+
+def discard_connection() -> None:
+    """Drop this thread's connection after a database failure; the next statement reconnects.
+
+    A connection that broke mid-transaction cannot be closed cleanly, so it is let go instead.
+    """
+    db = database.obj
+    if db is None:
+        return
+    try:
+        db.close()
+    except peewee.PeeweeException:
+        db.dispose()
+
+
+def error_summary(error: BaseException) -> str:
+    """A driver error on one line (psycopg2's messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def close_before_fork() -> None:
+    """Close this process's connection so that no child process inherits it."""
+    if database.obj is not None and not database.obj.is_closed():
+        discard_connection()
+
+
+def forget_inherited_connection() -> None:
+    """In a freshly forked child: never use a connection the parent opened.
+
+    Its socket is shared with the parent, so the child drops its reference without closing it
+    (closing would end the parent's session); the child's first statement opens its own.
+    """
+    if database.obj is not None and not database.obj.is_closed():
+        _inherited.append(database.obj.connection())
+        database.obj.dispose()
+
+
+# Connections a child inherited across fork, kept referenced so it never closes them.
+_inherited: list[object] = []
 
 
 def write_transaction() -> AbstractContextManager[object]:
@@ -138,18 +262,28 @@ def upgrade(migrations: Iterable[tuple[int, str, Migration]]) -> list[int]:
     """
     db = database.obj
     db.connect(reuse_if_open=True)
-    SchemaVersion.create_table(safe=True)
+    with write_transaction():
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on PostgreSQL's catalog, when
+        # several processes start at once on an empty database.
+        _lock_schema()
+        SchemaVersion.create_table(safe=True)
     applied = []
     for version, _name, migrate in sorted(migrations, key=lambda m: m[0]):
         with write_transaction():
-            if is_postgresql():
-                db.execute_sql("SELECT pg_advisory_xact_lock(7411)")
+            _lock_schema()
             if SchemaVersion.get_or_none(SchemaVersion.version == version):
                 continue
             migrate(db)
             SchemaVersion.create(version=version, applied_at=now_ms())
             applied.append(version)
     return applied
+
+
+def _lock_schema() -> None:
+    # Migrations wait for each other across processes; SQLite's IMMEDIATE transaction already
+    # serialises them.
+    if is_postgresql():
+        database.execute_sql("SELECT pg_advisory_xact_lock(7411)")
 
 
 def current_version() -> int:

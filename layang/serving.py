@@ -17,9 +17,28 @@ from layang.config import Config
 log = logging.getLogger("layang.serving")
 
 
+def pre_fork(server: Any, worker: Any) -> None:
+    """gunicorn hook, in the master before each fork: a child must not inherit its connection.
+
+    Without ``preload_app`` the master never opens one; with it, ``create_app`` ran here.
+    """
+    from layang.db import close_before_fork
+
+    close_before_fork()
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """gunicorn hook, in each new worker: open connections of its own, never the master's."""
+    from layang.db import forget_inherited_connection
+
+    forget_inherited_connection()
+
+
 def gunicorn_settings(config: Config) -> dict[str, Any]:
     """Settings shared by ``layang serve`` and ``gunicorn -c gunicorn.conf.py wsgi:app``."""
     return {
+        "pre_fork": pre_fork,
+        "post_fork": post_fork,
         "bind": config.http_bind,
         # sync workers stayed balanced under keep-alive load where gthread put every connection
         # on one worker, and were faster.
@@ -38,6 +57,10 @@ def serve_gunicorn(config: Config) -> None:
     from gunicorn.app.base import BaseApplication
 
     from layang.app import create_app
+    from layang.db import close_before_fork
+
+    # The command opened the database to upgrade the schema; the workers open their own.
+    close_before_fork()
 
     class Application(BaseApplication):
         def load_config(self) -> None:
@@ -63,8 +86,13 @@ def on_stop_signal(stop: threading.Event) -> None:
 
 
 def run_worker(config: Config, stop: threading.Event) -> None:
+    """``layang worker``: deliver until ``stop``, exposing its metrics if configured."""
     from layang.sending.worker import Worker
 
+    if config.worker_metrics_bind:
+        from layang.metrics import serve_process_metrics
+
+        serve_process_metrics(config.worker_metrics_bind)
     Worker(config).run(stop)
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real SQLite file per test, the real app, a real upstream SMTP server."""
+"""Shared fixtures: a real SQLite file per test (or a real PostgreSQL database where a module asks
+for both backends), the real app, a real upstream SMTP server."""
 
 from __future__ import annotations
 
@@ -19,14 +20,28 @@ from layang.db import database
 from layang.models import Account
 from layang.sending.worker import Worker
 from tests.browser import browser, live_server  # noqa: F401 - fixtures
+from tests.postgres.server import cluster, postgres_database, postgres_url  # noqa: F401 - fixtures
 from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
+
+BACKENDS = ("sqlite", "postgresql")
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
+def backend() -> str:
+    """The database behind ``config``. SQLite unless a module parametrises it, e.g.
+    ``pytestmark = pytest.mark.parametrize("backend", BACKENDS)`` to run on both."""
+    return "sqlite"
+
+
+@pytest.fixture
+def config(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Config:
+    if backend == "postgresql":
+        database_url = request.getfixturevalue("postgres_url")
+    else:
+        database_url = f"sqlite:///{tmp_path / 'layang.db'}"
     return Config(
         data_dir=tmp_path,
-        database_url=f"sqlite:///{tmp_path / 'layang.db'}",
+        database_url=database_url,
         relay_url=f"capture:{tmp_path / 'outbox'}",
         public_url="http://127.0.0.1:8000",
         secret_key="test-secret-key",

@@ -8,7 +8,6 @@ from typing import Any, ClassVar, NoReturn
 import flask
 import flask_smorest
 import marshmallow as ma
-import peewee
 from flask import g, request
 from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
@@ -16,6 +15,7 @@ from werkzeug.exceptions import HTTPException
 
 import templates_store
 from layang.accounts import authenticate
+from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
 from layang.errors import (
     Conflict,
     LayangError,
@@ -30,6 +30,16 @@ from layang.errors import (
 )
 
 log = logging.getLogger("layang.api")
+
+# peewee wraps the driver's errors in its own; a driver error that escaped the wrapping (raised
+# while reading a result, say) means the same thing.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = UNAVAILABLE_ERRORS
+try:
+    import psycopg2
+except ImportError:  # PostgreSQL support is optional
+    pass
+else:
+    DATABASE_UNAVAILABLE += (psycopg2.OperationalError, psycopg2.InterfaceError)
 
 _HTTP_CODES = {
     400: "bad_request",
@@ -157,8 +167,13 @@ def _sentence(error: HTTPException) -> str:
     return (error.description or error.name).split("\n")[0]
 
 
-def handle_database_unavailable(error: peewee.OperationalError) -> flask.Response:
-    log.error("database unavailable path=%s error=%s", request.path, error)
+def handle_database_unavailable(error: Exception) -> flask.Response:
+    """503 with Retry-After while the database is down or the connection broke.
+
+    The connection is dropped so that the next request on this thread opens a fresh one.
+    """
+    log.error("database unavailable path=%s error=%s", request.path, error_summary(error))
+    discard_connection()
     return error_response(
         ServiceUnavailable("The database is unavailable; try again shortly."), {"Retry-After": "5"}
     )
@@ -213,8 +228,8 @@ def register_error_handlers(app: flask.Flask) -> None:
     app.register_error_handler(LayangError, handle_layang_error)
     app.register_error_handler(templates_store.TemplateStoreError, handle_template_error)
     app.register_error_handler(HTTPException, handle_http_exception)
-    app.register_error_handler(peewee.OperationalError, handle_database_unavailable)
-    app.register_error_handler(peewee.InterfaceError, handle_database_unavailable)
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.register_error_handler(unavailable, handle_database_unavailable)
     app.register_error_handler(Exception, handle_unexpected)
 
 

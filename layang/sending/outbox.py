@@ -218,6 +218,19 @@ def renew_lease(owner: str, ids: Sequence[str], lease_seconds: float) -> set[str
     return held
 
 
+def release_leases(owner: str) -> int:
+    """Hand every email ``owner`` still holds back to the queue; returns how many.
+
+    For a worker whose cycle broke off (the database went away): the rest of its batch becomes
+    due again at once instead of when the lease runs out.
+    """
+    return (
+        Recipient.update(lease_owner=None, lease_expires_at=None)
+        .where(Recipient.lease_owner == owner, Recipient.next_attempt_at.is_null(False))
+        .execute()
+    )
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     base_seconds: float

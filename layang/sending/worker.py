@@ -12,13 +12,15 @@ import time
 from collections.abc import Sequence
 
 from layang.config import Config
-from layang.db import database
+from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
+from layang.metrics import timed_relay
 from layang.models import Recipient, Transmission
 from layang.sending.compose import compose_message
 from layang.sending.outbox import (
     RetryPolicy,
     claim_due_recipients,
     record_results,
+    release_leases,
     renew_lease,
 )
 from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_url
@@ -36,6 +38,9 @@ class Worker:
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
         self.tracker = Tracker(config.with_secret_key().secret_key, config.public_url)
+        # Set when a cycle broke off: the rest of its batch is handed back once the database
+        # answers again, rather than waiting for the lease to run out.
+        self.abandoned = False
 
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the message in hand before returning."""
@@ -44,10 +49,15 @@ class Worker:
             while not stop.is_set():
                 try:
                     busy = self.run_once(stop)
+                except UNAVAILABLE_ERRORS as error:
+                    log.warning("database unavailable; retrying shortly: %s", error_summary(error))
+                    self.abandoned = True
+                    discard_connection()
+                    busy = 0
                 except Exception:
                     log.exception("worker cycle failed; retrying shortly")
-                    if not database.is_closed():
-                        database.close()
+                    self.abandoned = True
+                    discard_connection()
                     busy = 0
                 if not busy:
                     stop.wait(self.config.worker_poll_seconds)
@@ -58,6 +68,11 @@ class Worker:
     def run_once(self, stop: threading.Event | None = None) -> int:
         """Claim one batch and attempt every email in it; returns how many were claimed."""
         database.connect(reuse_if_open=True)
+        if self.abandoned:
+            released = release_leases(self.owner)
+            self.abandoned = False
+            if released:
+                log.info("released %d emails of a broken-off batch", released)
         lease = self.config.lease_seconds
         claimed = claim_due_recipients(self.owner, self.config.worker_batch_size, lease)
         groups: dict[str, list[Recipient]] = {}
@@ -118,11 +133,12 @@ class Worker:
             reply = f"message could not be built: {error}"
             result = SendResult(tuple(RecipientResult(a, 0, reply, "deferred") for a in addresses))
         else:
-            result = self.relay.send(
-                transmission.mail_from, addresses, raw, reference=transmission_id
-            )
+            with timed_relay():
+                result = self.relay.send(
+                    transmission.mail_from, addresses, raw, reference=transmission_id
+                )
         outcomes = result.by_recipient()
-        recorded = record_results(self.owner, recipients, outcomes, self.policy, built)
+        recorded = self.record(recipients, outcomes, built)
         for recipient in recipients:
             if recipient.id in recorded:
                 outcome = outcomes[recipient.address]
@@ -134,6 +150,28 @@ class Worker:
                     recipient.address,
                     json.dumps(outcome.reply),
                 )
+
+    def record(
+        self,
+        recipients: Sequence[Recipient],
+        outcomes: dict[str, RecipientResult],
+        built: tuple[str, bytes] | None,
+    ) -> dict[str, str]:
+        """``record_results``, retried through a database outage for up to one lease.
+
+        The mail has already gone out: recording it late beats sending it again once the lease
+        runs out. Retrying is safe because only the lease holder's rows are updated.
+        """
+        deadline = time.monotonic() + self.config.lease_seconds
+        while True:
+            try:
+                return record_results(self.owner, recipients, outcomes, self.policy, built)
+            except UNAVAILABLE_ERRORS as error:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("could not record outcome, retrying: %s", error_summary(error))
+                discard_connection()
+                time.sleep(min(1.0, self.config.lease_seconds / 10))
 
     def tracked_payload(self, payload: dict, recipient_id: str) -> dict:
         options = payload.get("options", {})

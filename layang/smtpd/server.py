@@ -13,6 +13,7 @@ import json
 import logging
 import socket
 
+import peewee
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 from marshmallow import ValidationError
@@ -66,7 +67,16 @@ class SubmissionHandler:
             user_text, key_text = user.decode(), key.decode()
         except UnicodeDecodeError:
             return AuthResult(success=False, handled=False)
-        account = await asyncio.to_thread(check_credentials, user_text, key_text)
+        try:
+            account = await asyncio.to_thread(check_credentials, user_text, key_text)
+        except (peewee.OperationalError, peewee.InterfaceError):
+            # The worker thread's connection checks itself and reconnects on its next use.
+            log.warning("smtp auth deferred: database unavailable")
+            return AuthResult(
+                success=False,
+                handled=False,
+                message="454 4.7.0 Temporary authentication failure; try again later",
+            )
         if account is None:
             log.info("smtp auth failed user=%r", user_text[:64])
             return AuthResult(
@@ -145,7 +155,10 @@ class SubmissionHandler:
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         if account.is_sandbox:
-            allowed = await asyncio.to_thread(self._verified, account, recipient)
+            try:
+                allowed = await asyncio.to_thread(self._verified, account, recipient)
+            except (peewee.OperationalError, peewee.InterfaceError):
+                return "451 4.3.0 Temporary failure checking the recipient; try again later"
             if not allowed:
                 return f"550 5.7.1 <{recipient}> not an authorized recipient"
         if recipient.lower() not in (r.lower() for r in envelope.rcpt_tos):

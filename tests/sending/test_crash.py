@@ -16,6 +16,9 @@ import httpx
 import pytest
 
 from layang.models import Recipient
+from tests.conftest import BACKENDS
+
+pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,199 @@
+"""Delivery rate with 1, 2 and 4 `layang worker` processes on one PostgreSQL, next to a raw smtplib
+loop to the same local SMTP sink in the same run.
+
+The sink is Postfix's `smtp-sink` when installed (Debian: `apt-get install postfix`), otherwise
+the aiosmtpd sink in `bench/smtp_sink.py`. For each worker count the queue is emptied, the
+workers are started and left idle, then N text+HTML messages are committed at once; the rate is
+N over the time from that commit until the last one is recorded as delivered.
+
+    python bench/scale.py [--messages 3000] [--workers 1,2,4] [--rounds 3] [--database-url URL]
+                          [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
+                          [--sink auto|smtp-sink|aiosmtpd]
+
+Without --database-url a throwaway database is created through --admin-url and dropped after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.relay import fill, free_port, raw_rate, start_sink  # noqa: E402
+from layang.config import Config  # noqa: E402
+from layang.db import database, open_database, upgrade  # noqa: E402
+from layang.models import MIGRATIONS, Recipient  # noqa: E402
+
+TABLES = ("event", "recipient", "transmission", "api_key", "account")
+
+
+def admin(url: str, sql: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(sql)
+    finally:
+        conn.close()
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def wait_port(port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
+
+
+def start_any_sink(port: int, choice: str = "auto") -> tuple[subprocess.Popen, str]:
+    """Postfix's smtp-sink if installed (and not ruled out), else the aiosmtpd sink; returns
+    (process, name)."""
+    binary = shutil.which("smtp-sink", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+    if choice == "smtp-sink" and binary is None:
+        raise SystemExit("smtp-sink is not installed (apt-get install postfix)")
+    if binary is None or choice == "aiosmtpd":
+        return start_sink(port), "aiosmtpd sink (bench/smtp_sink.py)"
+    # smtp-sink drops privileges and insists on being told to whom when started as root.
+    user = ["-u", "nobody"] if os.geteuid() == 0 else []
+    sink = subprocess.Popen(
+        [binary, *user, f"127.0.0.1:{port}", "256"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_port(port)
+    return sink, "Postfix smtp-sink"
+
+
+def delivered() -> int:
+    return Recipient.select().where(Recipient.status == "Delivery").count()
+
+
+def workers_rate(
+    config: Config, env: dict[str, str], count: int, workers: int, logs: Path
+) -> float:
+    """Deliveries per second of ``workers`` processes draining ``count`` messages."""
+    database.execute_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    paths = [logs / f"w{workers}-{n}.log" for n in range(workers)]
+    processes = []
+    for path in paths:
+        with open(path, "wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "layang", "worker"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    try:
+        deadline = time.monotonic() + 60
+        while not all(p.exists() and "worker started" in p.read_text() for p in paths):
+            if time.monotonic() > deadline:
+                raise SystemExit("the workers did not start")
+            time.sleep(0.05)
+        with database.atomic():
+            fill(config, count)
+        started = time.perf_counter()
+        while delivered() < count:
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait()
+    return count / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database-url", default="")
+    parser.add_argument("--sink", choices=("auto", "smtp-sink", "aiosmtpd"), default="auto")
+    parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+
+    throwaway = ""
+    database_url = args.database_url
+    if not database_url:
+        throwaway = f"layang_bench_{secrets.token_hex(4)}"
+        admin(args.admin_url, f'CREATE DATABASE "{throwaway}"')
+        database_url = with_database(args.admin_url, throwaway)
+    tmp = Path(tempfile.mkdtemp(prefix="layang-scale-"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env.update(
+        LAYANG_DATA_DIR=str(tmp),
+        LAYANG_DATABASE_URL=database_url,
+        LAYANG_RELAY_URL=f"smtp://127.0.0.1:{port}?tls=off",
+        LAYANG_LOG_LEVEL="INFO",
+        LAYANG_SECRET_KEY="bench",
+        LAYANG_WORKER_BATCH_SIZE="100",
+        LAYANG_WORKER_POLL_SECONDS="0.05",
+    )
+    config = Config.from_env(env, dotenv=False)
+    open_database(config.database_url)
+    upgrade(MIGRATIONS)
+
+    sink, sink_name = start_any_sink(port, args.sink)
+    raws: list[float] = []
+    samples: dict[int, list[float]] = {n: [] for n in counts}
+    try:
+        # Alternating rounds, so that a busy moment of the machine does not land on one figure.
+        for _ in range(args.rounds):
+            raws.append(raw_rate(port, args.messages))
+            for n in counts:
+                samples[n].append(workers_rate(config, env, args.messages, n, tmp))
+    finally:
+        sink.terminate()
+        sink.wait()
+        database.close()
+        if throwaway:
+            admin(args.admin_url, f'DROP DATABASE IF EXISTS "{throwaway}" WITH (FORCE)')
+
+    raw = statistics.median(raws)
+    rates = {n: statistics.median(values) for n, values in samples.items()}
+    print(
+        f"{args.messages} text+html messages to {sink_name} on 127.0.0.1, PostgreSQL, "
+        f"{os.cpu_count()} CPU cores, batch 100, one SMTP connection per worker; "
+        f"medians of {args.rounds} rounds"
+    )
+    print(f"{'raw smtplib loop (pre-built bytes, one process):':50} {raw:8.1f} msg/s")
+    for n, rate in rates.items():
+        label = f"{n} layang worker process{'es' if n > 1 else ''}:"
+        print(f"{label:50} {rate:8.1f} msg/s")
+    if 1 in rates:
+        print(f"ratio 1 worker/raw: {rates[1] / raw:.2f}")
+        for n in counts:
+            if n != 1:
+                print(f"ratio {n} workers/1 worker: {rates[n] / rates[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

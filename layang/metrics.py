@@ -1,0 +1,146 @@
+"""Prometheus metrics.
+
+Totals (emails accepted, delivery events by status) and queue figures are read from the database
+at scrape time, so every API process answers ``/metrics`` with the same numbers however many
+processes accept and deliver mail. The relay latency histogram is measured where mail is sent, in
+each worker process, and is exposed by that process (``LAYANG_WORKER_METRICS_BIND``; in
+``layang run`` by the API's ``/metrics`` too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+import peewee
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from layang.config import parse_bind
+from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary, now_ms
+from layang.models import BOUNCE, DELAY, DELIVERY, Event, Recipient
+
+log = logging.getLogger("layang.metrics")
+
+ACCEPTED = ("layang_messages_accepted", "Emails accepted (one per recipient).")
+# The counters read from the activity events: name, help, the event status each one counts.
+EVENT_COUNTERS = (
+    ("layang_messages_delivered", "Emails the recipient's server accepted.", DELIVERY),
+    ("layang_messages_delayed", "Delivery attempts that failed temporarily.", DELAY),
+    ("layang_messages_bounced", "Emails that failed permanently or expired.", BOUNCE),
+)
+RELAY_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# Measurements made by this process; only what the process actually measured is registered, so an
+# API process does not report an always-empty relay histogram.
+PROCESS_REGISTRY = CollectorRegistry()
+_relay_latency: Histogram | None = None
+_relay_lock = threading.Lock()
+
+
+def relay_latency() -> Histogram:
+    """This process's relay latency histogram (seconds per SMTP transaction), registered on use."""
+    global _relay_latency
+    if _relay_latency is None:
+        with _relay_lock:
+            if _relay_latency is None:
+                _relay_latency = Histogram(
+                    "layang_relay_latency_seconds",
+                    "Time to relay one message to the upstream server (per worker process).",
+                    buckets=RELAY_LATENCY_BUCKETS,
+                    registry=PROCESS_REGISTRY,
+                )
+    return _relay_latency
+
+
+@contextlib.contextmanager
+def timed_relay() -> Iterator[None]:
+    """Observe the time the enclosed relay call took, whether it succeeded or not."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        relay_latency().observe(time.perf_counter() - started)
+
+
+class DatabaseCollector:
+    """Totals by event status and the state of the queue, queried when scraped."""
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            counts = dict(
+                Event.select(Event.status, peewee.fn.COUNT(Event.id))
+                .where(Event.status.in_([status for _, _, status in EVENT_COUNTERS]))
+                .group_by(Event.status)
+                .tuples()
+            )
+            # Every accepted email is a recipient row from the start (its Injection).
+            accepted = Recipient.select().count()
+            now = now_ms()
+            queued, due, oldest = (
+                Recipient.select(
+                    peewee.fn.COUNT(Recipient.id),
+                    peewee.fn.SUM(peewee.Case(None, [(Recipient.next_attempt_at <= now, 1)], 0)),
+                    peewee.fn.MIN(Recipient.created_at),
+                )
+                .where(Recipient.next_attempt_at.is_null(False))
+                .tuples()
+                .get()
+            )
+        except UNAVAILABLE_ERRORS as error:
+            log.warning("metrics: database unavailable: %s", error_summary(error))
+            discard_connection()
+            yield _gauge("layang_database_up", "Whether the database answered this scrape.", 0)
+            return
+        yield _gauge("layang_database_up", "Whether the database answered this scrape.", 1)
+        yield _counter(*ACCEPTED, accepted)
+        for name, documentation, status in EVENT_COUNTERS:
+            yield _counter(name, documentation, counts.get(status, 0))
+        yield _gauge(
+            "layang_queue_depth",
+            "Emails waiting for a delivery attempt, due now or scheduled for a retry.",
+            queued,
+        )
+        yield _gauge("layang_queue_due", "Emails whose next delivery attempt is due.", due or 0)
+        yield _gauge(
+            "layang_queue_oldest_age_seconds",
+            "Age of the oldest email still waiting for delivery (0 when the queue is empty).",
+            max(now - oldest, 0) / 1000 if oldest is not None else 0,
+        )
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class _AppMetrics:
+    """What the API's ``/metrics`` shows: the database figures, then this process's own."""
+
+    def __init__(self) -> None:
+        self.database = DatabaseCollector()
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self.database.collect()
+        yield from PROCESS_REGISTRY.collect()
+
+
+_APP_METRICS = _AppMetrics()
+
+
+def render_app_metrics() -> bytes:
+    """The body of ``GET /metrics`` in the Prometheus text format."""
+    return generate_latest(_APP_METRICS)
+
+
+def serve_process_metrics(bind: str) -> None:
+    """Expose this process's own measurements on ``bind`` (host:port) from a background thread."""
+    host, port = parse_bind(bind, "LAYANG_WORKER_METRICS_BIND")
+    start_http_server(port, addr=host, registry=PROCESS_REGISTRY)
+    log.info("metrics listening on http://%s:%d/metrics", host, port)

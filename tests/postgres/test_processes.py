@@ -1,0 +1,135 @@
+"""The commands as separate processes on PostgreSQL: gunicorn's fork model, the schema commands,
+the worker's own metrics endpoint and JSON logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from tests.postgres.server import query, reset_schema
+from tests.sending.test_crash import (
+    ROOT,
+    _healthy,
+    all_delivered,
+    free_port,
+    process_env,
+    start,
+    stop,
+    wait_until,
+)
+
+
+def layang(env, *args):
+    done = subprocess.run(
+        [sys.executable, "-m", "layang", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout.strip() else None
+
+
+def test_every_command_runs_unchanged_on_a_fresh_database(config, tmp_path):
+    reset_schema(config.database_url)
+    env = process_env(config)
+    # Several processes starting at once on an empty database all get the schema made once.
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: layang(env, "db", "upgrade"), range(4)))
+    applied = [version for result in results for version in result["applied"]]
+    assert sorted(applied) == sorted(set(applied)) and applied
+    assert layang(env, "db", "upgrade") == {"applied": []}
+    assert layang(env, "accounts", "create", "shop", "--live")["mode"] == "live"
+    key = layang(env, "keys", "create", "shop", "--label", "ci")
+    assert [k["id"] for k in layang(env, "keys", "list", "shop")] == [key["id"]]
+    assert layang(env, "keys", "revoke", key["id"])["revokedAt"]
+    columns = dict(
+        query(
+            config.database_url,
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema()",
+        )
+    )
+    assert columns["transmission.raw"] == "bytea"
+    assert columns["recipient.created_at"] == "bigint"
+
+
+def test_gunicorn_workers_never_share_a_connection_even_with_preload(config, api_key, tmp_path):
+    port = free_port()
+    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=3)
+    log_path = tmp_path / "gunicorn.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--preload", "wsgi:app"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _healthy(port), 30, log_path.read_text())
+
+        def send(n):
+            return httpx.post(
+                f"http://127.0.0.1:{port}/v1/layang/transmissions",
+                headers={"Authorization": f"Bearer {api_key}"},
+                json={
+                    "from": {"email": "shop@sender.test"},
+                    "subject": f"s{n}",
+                    "to": [{"email": "ana@rcpt.test"}],
+                    "bodyText": "t",
+                },
+                timeout=10,
+            ).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(send, range(60)))
+        assert statuses == [200] * 60, log_path.read_text()
+        sessions = query(
+            config.database_url,
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND application_name = ''",
+        )[0][0]
+        # One per worker process that served something (the master keeps none); the test
+        # process's own connection is the one extra.
+        assert sessions <= 3 + 1, sessions
+    finally:
+        stop(server)
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_worker_exposes_its_relay_latency_and_logs_json(config, upstream, queue_many, tmp_path):
+    port = free_port()
+    env = process_env(
+        config,
+        LAYANG_RELAY_URL=upstream.url,
+        LAYANG_WORKER_METRICS_BIND=f"127.0.0.1:{port}",
+        LAYANG_LOG_FORMAT="json",
+    )
+    queue_many(5)
+    log_path = tmp_path / "worker.log"
+    worker = start(["worker"], env, log_path)
+    try:
+        wait_until(all_delivered, 30, log_path.read_text())
+        wait_until(lambda: "layang_relay_latency_seconds_count 5.0" in _get(port), 10, _get(port))
+    finally:
+        stop(worker)
+    entries = [json.loads(line) for line in log_path.read_text().splitlines()]
+    deliveries = [e for e in entries if e["message"].startswith("delivery ")]
+    assert len(deliveries) == 5
+    assert all(e["level"] == "INFO" and e["logger"] == "layang.worker" for e in deliveries)
+    assert all(e["tid"] and e["rid"] and e["reply"].startswith("250") for e in deliveries)
+
+
+def _get(port: int) -> str:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError as error:
+        return str(error)
