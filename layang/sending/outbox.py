@@ -249,6 +249,20 @@ class RetryPolicy:
         return min(now + int(delay * 1000), deadline)
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one delivery attempt of one copy of a message.
+
+    ``built`` is (transmission id, message bytes) when the message was built for this attempt:
+    it is kept if any recipient will be retried, so that retries send the very same bytes
+    without building them again.
+    """
+
+    recipients: Sequence[Recipient]
+    results: dict[str, RecipientResult]
+    built: tuple[str, bytes] | None = None
+
+
 def record_results(
     owner: str,
     recipients: Sequence[Recipient],
@@ -256,58 +270,70 @@ def record_results(
     policy: RetryPolicy,
     built: tuple[str, bytes] | None = None,
 ) -> dict[str, str]:
-    """Store the outcome of one attempt for each recipient ``owner`` still holds.
+    """``record_attempts`` for a single attempt."""
+    return record_attempts(owner, [Attempt(recipients, results, built)], policy)
 
-    ``built`` is (transmission id, message bytes) when the message was built for this attempt:
-    it is kept if any recipient will be retried, so that retries send the very same bytes
-    without building them again. Returns recipient id → the status recorded. A recipient whose
-    lease was lost to another worker is left to that worker (delivery is at-least-once).
+
+def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:
+    """Store, in one transaction, the outcome of each attempt for every recipient ``owner``
+    still holds.
+
+    Returns recipient id → the status recorded. A recipient whose lease was lost to another
+    worker is left to that worker (delivery is at-least-once).
     """
     now = now_ms()
     recorded: dict[str, str] = {}
     with write_transaction():
-        if built and any(r.outcome == "deferred" for r in results.values()):
-            Transmission.update(raw=built[1]).where(
-                Transmission.id == built[0], Transmission.raw.is_null()
-            ).execute()
-        for recipient in recipients:
-            result = results[recipient.address]
-            attempts = recipient.attempts + 1
-            detail: dict[str, Any] = {
-                "reply": result.reply,
-                "code": result.code,
-                "attempt": attempts,
-            }
-            next_attempt = None
-            if result.outcome == "delivered":
-                status = DELIVERY
-            elif result.outcome == "bounced":
+        for attempt in attempts:
+            recorded.update(_record_attempt(owner, attempt, policy, now))
+    return recorded
+
+
+def _record_attempt(owner: str, attempt: Attempt, policy: RetryPolicy, now: int) -> dict[str, str]:
+    recipients, results, built = attempt.recipients, attempt.results, attempt.built
+    recorded: dict[str, str] = {}
+    if built and any(r.outcome == "deferred" for r in results.values()):
+        Transmission.update(raw=built[1]).where(
+            Transmission.id == built[0], Transmission.raw.is_null()
+        ).execute()
+    for recipient in recipients:
+        result = results[recipient.address]
+        attempts = recipient.attempts + 1
+        detail: dict[str, Any] = {
+            "reply": result.reply,
+            "code": result.code,
+            "attempt": attempts,
+        }
+        next_attempt = None
+        if result.outcome == "delivered":
+            status = DELIVERY
+        elif result.outcome == "bounced":
+            status = BOUNCE
+        else:
+            next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
+            if next_attempt is None:
                 status = BOUNCE
+                detail["reason"] = "expired"
             else:
-                next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
-                if next_attempt is None:
-                    status = BOUNCE
-                    detail["reason"] = "expired"
-                else:
-                    status = DELAY
-                    detail["retryAt"] = iso_ms(next_attempt)
-            updated = (
-                Recipient.update(
-                    status=status,
-                    attempts=attempts,
-                    updated_at=now,
-                    next_attempt_at=next_attempt,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                )
-                .where(Recipient.id == recipient.id, Recipient.lease_owner == owner)
-                .execute()
+                status = DELAY
+                detail["retryAt"] = iso_ms(next_attempt)
+        updated = (
+            Recipient.update(
+                status=status,
+                attempts=attempts,
+                updated_at=now,
+                next_attempt_at=next_attempt,
+                lease_owner=None,
+                lease_expires_at=None,
             )
-            if not updated:
-                log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
-                continue
-            Event.insert(
-                recipient=recipient.id, status=status, created_at=now, detail=json.dumps(detail)
-            ).execute()
-            recorded[recipient.id] = status
+            .where(Recipient.id == recipient.id, Recipient.lease_owner == owner)
+            .execute()
+        )
+        if not updated:
+            log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
+            continue
+        Event.insert(
+            recipient=recipient.id, status=status, created_at=now, detail=json.dumps(detail)
+        ).execute()
+        recorded[recipient.id] = status
     return recorded

@@ -17,9 +17,10 @@ from layang.metrics import timed_relay
 from layang.models import Recipient, Transmission
 from layang.sending.compose import compose_message
 from layang.sending.outbox import (
+    Attempt,
     RetryPolicy,
     claim_due_recipients,
-    record_results,
+    record_attempts,
     release_leases,
     renew_lease,
 )
@@ -27,6 +28,13 @@ from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_
 from layang.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
+
+# Outcomes are recorded in one transaction per this many recipients (or this much time):
+# one commit per message cost as much as the SMTP transaction itself. Should the worker die
+# between a send and the next flush, at most these are sent again by another worker; nothing
+# is ever lost.
+FLUSH_RECIPIENTS = 16
+FLUSH_SECONDS = 0.25
 
 
 class Worker:
@@ -41,6 +49,9 @@ class Worker:
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
         self.abandoned = False
+        self.pending: list[Attempt] = []
+        self.pending_count = 0
+        self.pending_since: float | None = None
 
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the message in hand before returning."""
@@ -78,21 +89,27 @@ class Worker:
         groups: dict[str, list[Recipient]] = {}
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
+        transmissions = {
+            t.id: t for t in Transmission.select().where(Transmission.id.in_(list(groups)))
+        }
         leased_at = time.monotonic()
-        for transmission_id, recipients in groups.items():
-            if stop is not None and stop.is_set():
-                break  # the unsent rest goes back to the queue when the lease runs out
-            if time.monotonic() - leased_at > lease / 2:
-                held = renew_lease(self.owner, [r.id for r in recipients], lease)
-                recipients = [r for r in recipients if r.id in held]
-                leased_at = time.monotonic()
-                if not recipients:
-                    continue
-            self.deliver(transmission_id, recipients)
+        try:
+            for transmission_id, recipients in groups.items():
+                if stop is not None and stop.is_set():
+                    break  # the unsent rest goes back to the queue when the lease runs out
+                if time.monotonic() - leased_at > lease / 2:
+                    self.flush()
+                    held = renew_lease(self.owner, [r.id for r in recipients], lease)
+                    recipients = [r for r in recipients if r.id in held]
+                    leased_at = time.monotonic()
+                    if not recipients:
+                        continue
+                self.deliver(transmissions[transmission_id], recipients)
+        finally:
+            self.flush()
         return len(claimed)
 
-    def deliver(self, transmission_id: str, recipients: Sequence[Recipient]) -> None:
-        transmission = Transmission.get_by_id(transmission_id)
+    def deliver(self, transmission: Transmission, recipients: Sequence[Recipient]) -> None:
         payload = json.loads(transmission.payload) if transmission.raw is None else None
         options = (payload or {}).get("options", {})
         if (
@@ -137,27 +154,37 @@ class Worker:
                 result = self.relay.send(
                     transmission.mail_from, addresses, raw, reference=transmission_id
                 )
-        outcomes = result.by_recipient()
-        recorded = self.record(recipients, outcomes, built)
-        for recipient in recipients:
-            if recipient.id in recorded:
-                outcome = outcomes[recipient.address]
-                log.info(
-                    "%s tid=%s rid=%s rcpt=%s reply=%s",
-                    recorded[recipient.id].lower(),
-                    transmission_id,
-                    recipient.id,
-                    recipient.address,
-                    json.dumps(outcome.reply),
-                )
+        self.pending.append(Attempt(recipients, result.by_recipient(), built))
+        self.pending_count += len(recipients)
+        if self.pending_since is None:
+            self.pending_since = time.monotonic()
+        if (
+            self.pending_count >= FLUSH_RECIPIENTS
+            or time.monotonic() - self.pending_since >= FLUSH_SECONDS
+        ):
+            self.flush()
 
-    def record(
-        self,
-        recipients: Sequence[Recipient],
-        outcomes: dict[str, RecipientResult],
-        built: tuple[str, bytes] | None,
-    ) -> dict[str, str]:
-        """``record_results``, retried through a database outage for up to one lease.
+    def flush(self) -> None:
+        """Record the outcomes of the attempts made since the last flush, in one transaction."""
+        if not self.pending:
+            return
+        attempts, self.pending = self.pending, []
+        self.pending_count, self.pending_since = 0, None
+        recorded = self.record(attempts)
+        for attempt in attempts:
+            for recipient in attempt.recipients:
+                if recipient.id in recorded:
+                    log.info(
+                        "%s tid=%s rid=%s rcpt=%s reply=%s",
+                        recorded[recipient.id].lower(),
+                        recipient.transmission_id,
+                        recipient.id,
+                        recipient.address,
+                        json.dumps(attempt.results[recipient.address].reply),
+                    )
+
+    def record(self, attempts: Sequence[Attempt]) -> dict[str, str]:
+        """``record_attempts``, retried through a database outage for up to one lease.
 
         The mail has already gone out: recording it late beats sending it again once the lease
         runs out. Retrying is safe because only the lease holder's rows are updated.
@@ -165,7 +192,7 @@ class Worker:
         deadline = time.monotonic() + self.config.lease_seconds
         while True:
             try:
-                return record_results(self.owner, recipients, outcomes, self.policy, built)
+                return record_attempts(self.owner, attempts, self.policy)
             except UNAVAILABLE_ERRORS as error:
                 if time.monotonic() >= deadline:
                     raise

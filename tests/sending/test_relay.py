@@ -169,13 +169,15 @@ def test_no_recipients_is_a_no_op(upstream, relays):
 # -- the connection ------------------------------------------------------------------------
 
 
-def test_connection_is_reused_with_rset_between_messages(upstream, relays):
+def test_connection_is_reused_without_rset_after_clean_transactions(upstream, relays):
     relay = relays(upstream.url)
     for n in range(3):
         result = relay.send("shop@sender.test", [f"r{n}@rcpt.test"], MESSAGE)
         assert result.recipients[0].outcome == "delivered"
     assert upstream.connections == 1
-    assert len(verbs(upstream, "RSET")) == 2
+    assert len(verbs(upstream, "RSET")) == 0  # a completed transaction leaves a clean state
+    assert len(verbs(upstream, "MAIL")) == 3
+    assert len(upstream.received) == 3
     assert len(upstream.received) == 3
 
 
