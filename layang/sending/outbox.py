@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layang.addresses import domain_of
-from layang.db import insert_rows, is_postgresql, iso_ms, new_id, now_ms, write_transaction
+from layang.db import insert_atomically, is_postgresql, iso_ms, new_id, now_ms, write_transaction
 from layang.models import (
     BOUNCE,
     DELAY,
@@ -80,45 +80,40 @@ def enqueue(account: Account, submission: Submission) -> None:
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
     payload = None if submission.payload is None else json.dumps(submission.payload)
-    with write_transaction():
-        insert_rows(
-            Transmission,
-            TRANSMISSION_FIELDS,
-            [
-                (
-                    submission.transmission_id,
-                    account.id,
-                    created,
-                    submission.source,
-                    submission.mail_from,
-                    submission.from_header,
-                    submission.subject,
-                    submission.message_id,
-                    json.dumps(submission.metadata),
-                    payload,
-                    submission.raw,
-                )
-            ],
+    transmission_row = (
+        submission.transmission_id,
+        account.id,
+        created,
+        submission.source,
+        submission.mail_from,
+        submission.from_header,
+        submission.subject,
+        submission.message_id,
+        json.dumps(submission.metadata),
+        payload,
+        submission.raw,
+    )
+    recipient_rows = [
+        (
+            rid,
+            submission.transmission_id,
+            account.id,
+            address,
+            kind,
+            INJECTION,
+            created,
+            created,
+            0,
+            created,
         )
-        insert_rows(
-            Recipient,
-            RECIPIENT_FIELDS,
-            [
-                (
-                    rid,
-                    submission.transmission_id,
-                    account.id,
-                    address,
-                    kind,
-                    INJECTION,
-                    created,
-                    created,
-                    0,
-                    created,
-                )
-                for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True)
-            ],
-        )
+        for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True)
+    ]
+    insert_atomically(
+        [
+            (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
+            (Recipient, RECIPIENT_FIELDS, recipient_rows),
+        ]
+    )
 
 
 def _envelope_recipients(data: dict[str, Any]) -> list[tuple[str, str]]:
