@@ -59,6 +59,15 @@ def stop(process):
             process.wait()
 
 
+def deliver_in_worker_process(config, upstream, log_path, count=1):
+    """Run a `layang worker` process until the upstream has received ``count`` messages."""
+    worker = start(["worker"], process_env(config, LAYANG_RELAY_URL=upstream.url), log_path)
+    try:
+        upstream.wait_for(count, timeout=30)
+    finally:
+        stop(worker)
+
+
 def send_many(client, auth, count, prefix="m"):
     ids = []
     for n in range(count):
@@ -176,13 +185,7 @@ def test_accepted_message_survives_api_process_kill(
         server.wait(10)
     finally:
         stop(server)
-    worker = start(
-        ["worker"], process_env(config, LAYANG_RELAY_URL=upstream.url), tmp_path / "worker.log"
-    )
-    try:
-        upstream.wait_for(1, timeout=30)
-    finally:
-        stop(worker)
+    deliver_in_worker_process(config, upstream, tmp_path / "worker.log")
     assert upstream.received[0].message["Subject"] == "kept"
     assert (
         upstream.received[0]

@@ -17,7 +17,14 @@ from layang import accounts
 from layang.models import AuthorizedRecipient, Recipient, Transmission
 from layang.smtpd.server import submission_server
 from tests.conftest import drain
-from tests.sending.test_crash import free_port, process_env, start, stop, wait_until
+from tests.sending.test_crash import (
+    deliver_in_worker_process,
+    free_port,
+    process_env,
+    start,
+    stop,
+    wait_until,
+)
 
 SANDBOX_SENDER = "sandbox@sandbox.layang.test"
 
@@ -267,13 +274,7 @@ def test_accepted_message_survives_smtpd_kill(config, trial, upstream, tmp_path)
         smtp.close()
     finally:
         stop(server)
-    worker = start(
-        ["worker"], process_env(config, LAYANG_RELAY_URL=upstream.url), tmp_path / "worker.log"
-    )
-    try:
-        upstream.wait_for(1, timeout=30)
-    finally:
-        stop(worker)
+    deliver_in_worker_process(config, upstream, tmp_path / "worker.log")
     assert upstream.received[0].message["Subject"] == "kept over smtp"
 
 
