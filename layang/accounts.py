@@ -85,7 +85,12 @@ def authenticate(secret: str) -> Account | None:
     digest = hash_key(secret)
     # Every API call runs this: a fixed statement, because building it with peewee's query
     # builder cost more than the indexed lookup itself.
-    row = database.execute_sql(_AUTH_SQL.replace("?", database.obj.param), (digest,)).fetchone()
+    cursor = database.execute_sql(_AUTH_SQL.replace("?", database.obj.param), (digest,))
+    # fetchall, not fetchone: a statement left unfinished keeps SQLite's read snapshot open,
+    # which stops WAL checkpoints and slowed every later write.
+    rows = cursor.fetchall()
+    cursor.close()
+    row = rows[0] if rows else None
     # The index lookup already matched; the constant-time compare keeps the check honest
     # should the lookup ever become a prefix or range scan.
     if row is None or not hmac.compare_digest(row[0], digest):

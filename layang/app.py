@@ -55,7 +55,7 @@ def init_db(config: Config) -> bool:
 def register_operations(app: flask.Flask) -> None:
     @app.get("/healthz")
     def healthz() -> tuple[dict[str, str], int]:
-        database.execute_sql("SELECT 1")
+        database.execute_sql("SELECT 1").fetchall()
         return {"status": "ok"}, 200
 
     @app.get("/metrics")
