@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import templates_store
-from layang.addresses import normalize_address
 from layang.config import Config
 from layang.errors import PayloadTooLarge, TemplateNotFound, ValidationFailed
 from layang.models import Account
@@ -17,7 +16,7 @@ log = logging.getLogger("layang.transmissions")
 
 
 def _address(raw: dict[str, str]) -> dict[str, str]:
-    address = {"email": normalize_address(raw["email"])}
+    address = {"email": raw["email"]}  # already normalised by the request schema
     if raw.get("name"):
         address["name"] = raw["name"]
     return address

@@ -9,9 +9,8 @@ from flask import current_app, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.addresses import normalize_address
 from layang.api import Blueprint, ErrorSchema
-from layang.api.transmissions import CompatSchema, no_line_breaks, valid_address
+from layang.api.transmissions import CompatSchema, EmailAddress, no_line_breaks
 from layang.db import iso_ms
 from layang.models import AuthorizedRecipient
 from layang.sandbox import (
@@ -30,7 +29,7 @@ blp = Blueprint(
 
 
 class AuthorizedRecipientInSchema(CompatSchema):
-    email = fields.String(required=True, validate=valid_address)
+    email = EmailAddress(required=True)
     name = fields.String(validate=[validate.Length(max=256), no_line_breaks])
 
 
@@ -89,7 +88,7 @@ class AuthorizedRecipients(MethodView):
         """
         recipient = add_authorized_recipient(
             g.account,
-            normalize_address(data["email"]),
+            data["email"],
             data.get("name"),
             current_app.config["LAYANG"],
         )

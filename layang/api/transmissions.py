@@ -50,8 +50,12 @@ def no_line_breaks(value: str) -> None:
         raise ma.ValidationError("Must not contain line breaks or NUL characters.")
 
 
-def valid_address(value: str) -> None:
-    normalize_address(value)  # raises ValidationError with the reason
+class EmailAddress(fields.String):
+    """An email address, validated and normalised (domain lower-cased, IDNA) in one step, so
+    the rest of the service only ever sees normalised addresses."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        return normalize_address(super()._deserialize(value, attr, data, **kwargs))
 
 
 def _strip_empty(value: Any) -> Any:
@@ -71,9 +75,7 @@ class CompatSchema(ma.Schema):
 
 
 class AddressSchema(CompatSchema):
-    email = fields.String(
-        required=True, validate=valid_address, metadata={"description": "An email address."}
-    )
+    email = EmailAddress(required=True, metadata={"description": "An email address."})
     name = fields.String(
         validate=[validate.Length(max=256), no_line_breaks],
         metadata={"description": "Display name (optional)."},
