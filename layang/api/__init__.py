@@ -74,6 +74,13 @@ class ErrorSchema(ma.Schema):
     )
 
 
+class CursorQuerySchema(ma.Schema):
+    """``limit`` and ``cursor`` of every listing; follow ``nextCursor`` for the next page."""
+
+    limit = ma.fields.Integer(load_default=50, validate=ma.validate.Range(min=1, max=500))
+    cursor = ma.fields.String(validate=ma.validate.Length(max=64))
+
+
 def first_error(errors: Any, path: str = "") -> str:
     """``"to.0.email: Not a valid email address."`` from marshmallow's nested messages."""
     if isinstance(errors, dict):

@@ -11,7 +11,7 @@ from flask.views import MethodView
 from marshmallow import fields, validate
 
 from layang.activity import list_activity
-from layang.api import Blueprint
+from layang.api import Blueprint, CursorQuerySchema
 from layang.models import EVENT_KINDS
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")
@@ -45,14 +45,12 @@ class ActivityRecordSchema(ma.Schema):
     events = fields.List(fields.Nested(EventSchema))
 
 
-class ActivityQuerySchema(ma.Schema):
+class ActivityQuerySchema(CursorQuerySchema):
     status = fields.String(validate=validate.OneOf(EVENT_KINDS))
     recipient = fields.String(validate=validate.Length(max=320))
     transmissionId = fields.String(validate=validate.Length(max=64))
     since = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
     until = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
-    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
-    cursor = fields.String(validate=validate.Length(max=64))
 
 
 class ActivityPageSchema(ma.Schema):

@@ -9,7 +9,7 @@ from flask import current_app, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint, ErrorSchema
+from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
 from layang.api.transmissions import CompatSchema, EmailAddress, no_line_breaks
 from layang.db import iso_ms
 from layang.models import AuthorizedRecipient
@@ -47,11 +47,6 @@ class AuthorizedRecipientListSchema(ma.Schema):
     nextCursor = fields.String(allow_none=True)
 
 
-class ListQuerySchema(ma.Schema):
-    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
-    cursor = fields.String(validate=validate.Length(max=64))
-
-
 class ResendSchema(ma.Schema):
     transmissionId = fields.String()
 
@@ -69,7 +64,7 @@ def as_dict(recipient: AuthorizedRecipient) -> dict[str, Any]:
 
 @blp.route("/sandbox/authorized-recipients")
 class AuthorizedRecipients(MethodView):
-    @blp.arguments(ListQuerySchema(), location="query")
+    @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, AuthorizedRecipientListSchema)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List authorized recipients, newest first"""

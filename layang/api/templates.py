@@ -11,7 +11,7 @@ from flask.views import MethodView
 from marshmallow import fields, validate
 
 import templates_store
-from layang.api import Blueprint, ErrorSchema
+from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
 from layang.errors import PreconditionFailed
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")
@@ -59,11 +59,6 @@ class TemplateListSchema(ma.Schema):
     nextCursor = fields.String(allow_none=True)
 
 
-class TemplateListQuerySchema(ma.Schema):
-    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
-    cursor = fields.String(validate=validate.Length(max=64))
-
-
 class PreviewSchema(ma.Schema):
     substitutionData = fields.Dict(keys=fields.String(), load_default=dict)
 
@@ -94,7 +89,7 @@ def _if_match_version(template_id: str) -> int | None:
 
 @blp.route("/templates")
 class Templates(MethodView):
-    @blp.arguments(TemplateListQuerySchema(), location="query")
+    @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, TemplateListSchema)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List templates, by id"""
