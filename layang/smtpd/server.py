@@ -84,16 +84,22 @@ class SubmissionHandler:
             )
         return AuthResult(success=True, auth_data=account)
 
-    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:
+    @staticmethod
+    async def _response(server: SMTP, args: list[str], challenge: str) -> bytes | None:
+        """The client's initial response from the AUTH line, else its answer to ``challenge``;
+        None when there is none (the error reply has then been sent)."""
         if len(args) == 1:
-            blob = await server.challenge_auth("")
-            if not isinstance(blob, bytes):
-                return AuthResult(success=False, handled=True)
-        else:
-            blob = _decode(args[1])
-            if blob is None:
-                await server.push("501 5.5.2 Cannot decode base64")
-                return AuthResult(success=False, handled=True)
+            answer = await server.challenge_auth(challenge)
+            return answer if isinstance(answer, bytes) else None
+        decoded = _decode(args[1])
+        if decoded is None:
+            await server.push("501 5.5.2 Cannot decode base64")
+        return decoded
+
+    async def auth_PLAIN(self, server: SMTP, args: list[str]) -> AuthResult:
+        blob = await self._response(server, args, "")
+        if blob is None:
+            return AuthResult(success=False, handled=True)
         parts = blob.split(b"\0")
         if len(parts) != 3:
             await server.push("501 5.5.2 Cannot split the AUTH PLAIN value")
@@ -101,15 +107,9 @@ class SubmissionHandler:
         return await self._login(parts[1], parts[2])
 
     async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:
-        if len(args) == 1:
-            user = await server.challenge_auth("Username:")
-            if not isinstance(user, bytes):
-                return AuthResult(success=False, handled=True)
-        else:
-            user = _decode(args[1])
-            if user is None:
-                await server.push("501 5.5.2 Cannot decode base64")
-                return AuthResult(success=False, handled=True)
+        user = await self._response(server, args, "Username:")
+        if user is None:
+            return AuthResult(success=False, handled=True)
         key = await server.challenge_auth("Password:")
         if not isinstance(key, bytes):
             return AuthResult(success=False, handled=True)

@@ -307,3 +307,22 @@ def test_activity_shows_the_submitted_message(
     assert record["from"] == {"email": SANDBOX_SENDER, "name": "Trial Shop"}
     assert [e["status"] for e in record["events"]] == ["Injection", "Delivery"]
     assert record["events"][0]["detail"] == {"source": "smtp"}
+
+
+def test_auth_plain_by_challenge_and_login_with_initial_response(server, smtp_config, trial):
+    import base64
+
+    account, key = trial
+    b64 = lambda raw: base64.b64encode(raw.encode()).decode()  # noqa: E731
+    smtp = connect(smtp_config)
+    assert smtp.docmd("AUTH", "PLAIN")[0] == 334  # empty challenge, credentials follow
+    assert smtp.docmd(b64(f"\0{account.name}\0{key}"))[0] == 235
+    smtp.close()
+    smtp = connect(smtp_config)
+    assert smtp.docmd("AUTH", f"LOGIN {b64(account.name)}")[0] == 334  # asks for the password
+    assert smtp.docmd(b64(key))[0] == 235
+    smtp.close()
+    smtp = connect(smtp_config)
+    code, reply = smtp.docmd("AUTH", "PLAIN not-base64!")
+    assert code == 501 and reply.startswith(b"5.5.2")
+    smtp.close()
