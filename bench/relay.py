@@ -70,7 +70,7 @@ def raw_rate(port: int, count: int) -> float:
 
 def fill(config: Config, count: int) -> None:
     from layang import accounts
-    from layang.transmissions import accept_transmission
+    from layang.domain.intake import accept_transmission
 
     account = accounts.create_account("bench", live=True)
     for n in range(count):

@@ -9,11 +9,12 @@ from typing import Any
 
 import click
 
-from layang import accounts
 from layang.cli_send import send as send_command
+from layang.clock import iso_ms
 from layang.config import Config, ConfigError
-from layang.db import iso_ms, open_database, upgrade
-from layang.errors import LayangError
+from layang.db import open_database, upgrade
+from layang.domain import accounts
+from layang.domain.errors import LayangError
 from layang.logs import configure_logging
 from layang.models import MIGRATIONS, Account
 

@@ -7,7 +7,6 @@ import logging
 import secrets
 import select
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 import peewee
 from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
+
+from layang.clock import now_ms
 
 try:
     from psycopg2 import extensions as psycopg2_extensions
@@ -52,17 +53,6 @@ POSTGRESQL_CONNECT_DEFAULTS: dict[str, Any] = {
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (peewee.OperationalError, peewee.InterfaceError)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-
-
-def now_ms() -> int:
-    """Current time as integer milliseconds since the epoch (how every timestamp is stored)."""
-    return time.time_ns() // 1_000_000
-
-
-def iso_ms(ms: int) -> str:
-    """``2026-11-21T10:00:00.123Z`` for a timestamp in epoch milliseconds."""
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 _last_id = [0]

@@ -19,8 +19,9 @@ import peewee
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from layang.clock import now_ms
 from layang.config import parse_bind
-from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary, now_ms
+from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
 from layang.models import BOUNCE, DELAY, DELIVERY, Event, Recipient
 
 log = logging.getLogger("layang.metrics")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import peewee
 
 import templates_store
-from layang.db import database, new_id, now_ms
+from layang.clock import now_ms
+from layang.db import database, new_id
 
 SANDBOX = "sandbox"
 LIVE = "live"

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import peewee
 
+from layang.clock import iso_ms, now_ms
 from templates_store.css import inline_css
 from templates_store.errors import (
     InvalidTemplate,
@@ -51,16 +51,6 @@ UNSET: Final[Any] = _Unset()
 
 cache = TemplateCache(maxsize=256)
 """Compiled templates of this process, keyed ``(account_id, template_id, version, revision)``."""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def iso_ms(ms: int) -> str:
-    """``2026-11-21T10:00:00.123Z`` for a timestamp in epoch milliseconds."""
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def generate_template_id() -> str:

@@ -13,10 +13,10 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from layang import accounts
 from layang.app import create_app
 from layang.config import Config
 from layang.db import database
+from layang.domain import accounts
 from layang.models import Account
 from layang.sending.worker import Worker
 from tests.browser import browser, live_server  # noqa: F401 - fixtures

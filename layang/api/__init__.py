@@ -14,9 +14,9 @@ from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
 import templates_store
-from layang.accounts import authenticate
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
-from layang.errors import (
+from layang.domain.accounts import authenticate
+from layang.domain.errors import (
     Conflict,
     LayangError,
     MalformedJson,
@@ -241,7 +241,7 @@ def register_error_handlers(app: flask.Flask) -> None:
 
 
 def init_api(app: flask.Flask) -> None:
-    from layang.api import activity, sandbox, templates, transmissions
+    from layang.api import activity, authorized_recipients, templates, transmissions
 
     app.config.update(
         API_TITLE="Layang",
@@ -263,7 +263,7 @@ def init_api(app: flask.Flask) -> None:
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "description": "An API key, lyg_…"}
     )
-    for module in (transmissions, templates, activity, sandbox):
+    for module in (transmissions, templates, activity, authorized_recipients):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
     register_error_handlers(app)

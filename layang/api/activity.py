@@ -10,8 +10,8 @@ from flask import g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.activity import list_activity
 from layang.api import Blueprint, CursorQuerySchema
+from layang.domain.records import list_activity
 from layang.models import EVENT_KINDS
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")

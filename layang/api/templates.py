@@ -12,7 +12,7 @@ from marshmallow import fields, validate
 
 import templates_store
 from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
-from layang.errors import PreconditionFailed
+from layang.domain.errors import PreconditionFailed
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")
 

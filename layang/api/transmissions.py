@@ -13,12 +13,12 @@ from flask import current_app, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.activity import get_transmission_view
-from layang.addresses import normalize_address
 from layang.api import Blueprint, ErrorSchema
 from layang.api.activity import ActivityRecordSchema, AddressOutSchema
+from layang.domain.intake import accept_transmission
+from layang.domain.records import get_transmission_view
+from layang.sending.addresses import normalize_address
 from layang.sending.compose import SMTP_POLICY
-from layang.transmissions import accept_transmission
 
 blp = Blueprint(
     "transmissions", __name__, description="Send transactional email and look up a sent message."

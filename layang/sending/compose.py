@@ -23,7 +23,7 @@ from email.headerregistry import AddressHeader, Group, UnstructuredHeader
 from itertools import pairwise
 from typing import Any
 
-from layang.addresses import LOCAL_PART
+from layang.sending.addresses import LOCAL_PART
 
 SMTP_POLICY = policy.SMTP
 

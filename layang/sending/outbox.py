@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layang.addresses import domain_of
-from layang.db import insert_atomically, is_postgresql, iso_ms, new_id, now_ms, write_transaction
+from layang.clock import iso_ms, now_ms
+from layang.db import insert_atomically, is_postgresql, new_id, write_transaction
 from layang.models import (
     BOUNCE,
     DELAY,
@@ -26,6 +26,7 @@ from layang.models import (
     Recipient,
     Transmission,
 )
+from layang.sending.addresses import domain_of
 from layang.sending.relay import RecipientResult
 
 log = logging.getLogger("layang.outbox")

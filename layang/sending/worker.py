@@ -25,7 +25,7 @@ from layang.sending.outbox import (
     renew_lease,
 )
 from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_url
-from layang.tracking import Tracker
+from layang.sending.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
 

@@ -18,14 +18,15 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 from marshmallow import ValidationError
 
-from layang.accounts import authenticate
-from layang.addresses import normalize_address
+from layang.clock import now_ms
 from layang.config import Config
-from layang.db import database, new_id, now_ms
+from layang.db import database, new_id
+from layang.domain.accounts import authenticate
+from layang.domain.sandbox import verified_addresses
 from layang.models import Account
-from layang.sandbox import verified_addresses
+from layang.sending.addresses import normalize_address
 from layang.sending.outbox import Submission, enqueue
-from layang.smtpd.message import prepare_submission
+from layang.smtpd.submitted import prepare_submission
 from layang.smtpd.tls import server_tls_context
 
 log = logging.getLogger("layang.smtpd")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from layang.web import consent, console, tracking
+from layang.web import consent_page, console, tracked_links
 
 web = flask.Blueprint(
     "web",
@@ -13,8 +13,8 @@ web = flask.Blueprint(
     static_folder="static",
     static_url_path="/static",
 )
-consent.register(web)
-tracking.register(web)
+consent_page.register(web)
+tracked_links.register(web)
 console.register(web)
 
 

@@ -18,12 +18,12 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 from marshmallow import ValidationError
 
 import templates_store
-from layang import activity, sandbox
-from layang.accounts import authenticate, hash_key
-from layang.addresses import normalize_address
-from layang.db import iso_ms
-from layang.errors import LayangError, NotFound
+from layang.clock import iso_ms
+from layang.domain import records, sandbox
+from layang.domain.accounts import authenticate, hash_key
+from layang.domain.errors import LayangError, NotFound
 from layang.models import EVENT_KINDS, Account, ApiKey
+from layang.sending.addresses import normalize_address
 
 PREVIEW_DATA_MAX = 64 * 1024
 
@@ -126,7 +126,7 @@ def activity_page(account: Account) -> Any:
         "since": request.args.get("since", ""),
         "until": request.args.get("until", ""),
     }
-    items, next_cursor = activity.list_activity(
+    items, next_cursor = records.list_activity(
         account,
         status=status or None,
         recipient=filters["recipient"] or None,
@@ -153,7 +153,7 @@ def activity_page(account: Account) -> Any:
 @signed_in
 def record_page(account: Account, record_id: str) -> Any:
     try:
-        record = activity.get_record(account, record_id)
+        record = records.get_record(account, record_id)
     except NotFound:
         return render_template("console/not_found.html"), 404
     return render_template("console/record.html", record=record)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from layang import accounts
+from layang.domain import accounts
 from tests.conftest import drain
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

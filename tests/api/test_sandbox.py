@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from layang import accounts
-from layang.db import now_ms
+from layang.clock import now_ms
+from layang.domain import accounts
 from layang.models import AuthorizedRecipient, Recipient, Transmission
 from tests.conftest import drain
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from layang import accounts
+from layang.domain import accounts
 from tests.conftest import drain
 
 URL = "/v1/layang/templates"

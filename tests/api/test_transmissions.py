@@ -238,7 +238,7 @@ def test_auth_failures(client, header):
 
 
 def test_revoked_key_fails_at_once(client, account):
-    from layang.accounts import create_api_key, revoke_api_key
+    from layang.domain.accounts import create_api_key, revoke_api_key
 
     key, secret = create_api_key(account)
     headers = {"Authorization": f"Bearer {secret}"}

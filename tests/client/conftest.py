@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from layang import accounts
 from layang.client import Layang
+from layang.domain import accounts
 from layang.models import Account
 from tests.upstream import Upstream
 

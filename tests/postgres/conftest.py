@@ -8,8 +8,8 @@ import pytest
 
 from layang.config import Config
 from layang.db import database
+from layang.domain.intake import accept_transmission
 from layang.models import Account
-from layang.transmissions import accept_transmission
 
 
 @pytest.fixture

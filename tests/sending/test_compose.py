@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from layang.addresses import header_address
 from layang.sending import compose
+from layang.sending.addresses import header_address
 from layang.sending.compose import (
     SMTP_POLICY,
     compose_message,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from layang.activity import get_record
+from layang.domain.records import get_record
 from layang.models import Event, Recipient
 from tests.conftest import BACKENDS, b64, drain
 

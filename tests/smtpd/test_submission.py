@@ -13,7 +13,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from layang import accounts
+from layang.domain import accounts
 from layang.models import AuthorizedRecipient, Recipient, Transmission
 from layang.smtpd.server import submission_server
 from tests.conftest import drain

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from layang import accounts
+from layang.domain import accounts
 from layang.models import AuthorizedRecipient
 from tests.api.test_sandbox import RECIPIENTS, consent_link
 from tests.browser import screenshot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from layang import accounts
+from layang.domain import accounts
 from tests.browser import ARTIFACTS, screenshot
 from tests.conftest import drain
 

@@ -9,8 +9,9 @@ import secrets
 
 import peewee
 
-from layang.db import database, now_ms
-from layang.errors import Conflict, NotFound, ValidationFailed
+from layang.clock import now_ms
+from layang.db import database
+from layang.domain.errors import Conflict, NotFound, ValidationFailed
 from layang.models import LIVE, SANDBOX, Account, ApiKey
 
 KEY_PREFIX = "lyg_"

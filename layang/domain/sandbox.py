@@ -9,9 +9,10 @@ from collections.abc import Iterable
 
 import peewee
 
+from layang.clock import now_ms
 from layang.config import Config
-from layang.db import now_ms, write_transaction
-from layang.errors import Conflict, NotFound, RecipientNotAuthorized, SenderNotAllowed
+from layang.db import write_transaction
+from layang.domain.errors import Conflict, NotFound, RecipientNotAuthorized, SenderNotAllowed
 from layang.models import UNVERIFIED, VERIFIED, Account, AuthorizedRecipient
 from layang.sending.outbox import queue_payload
 

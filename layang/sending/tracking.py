@@ -1,5 +1,5 @@
-"""Open and click tracking: signed per-recipient URLs put into the HTML part, and the events
-recorded when they are fetched.
+"""Open and click tracking: signed per-recipient URLs put into the HTML part (the events are
+recorded by :mod:`layang.domain.engagement` when they are fetched).
 
 A token is the recipient record's id (and, for a click, the original URL) signed with the
 secret key: nothing in it can be changed without the signature failing, so a tracking link can
@@ -9,14 +9,10 @@ never be turned into a redirect to somewhere else.
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass
 
 from itsdangerous import BadSignature, URLSafeSerializer
-
-from layang.db import now_ms, write_transaction
-from layang.models import CLICK, OPEN, Event, Recipient
 
 OPEN_PATH = "/t/o/"
 CLICK_PATH = "/t/c/"
@@ -24,7 +20,6 @@ _ANCHOR_HREF = re.compile(
     r"""(<(?:a|area)\b[^>]*?\bhref\s*=\s*)(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE
 )
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
-_USER_AGENT_MAX = 512
 
 
 class InvalidToken(Exception):
@@ -99,26 +94,3 @@ def is_web_url(url: str) -> bool:
         and len(url) <= 4096
         and not any(c in url for c in "\r\n\t\0")
     )
-
-
-def record_engagement(recipient_id: str, status: str, detail: dict[str, object]) -> None:
-    """Append an Open or Click event to the recipient's record. Raises ``InvalidToken`` if the
-    record no longer exists. The first open is marked ``first: true``."""
-    if status not in (OPEN, CLICK):
-        raise ValueError(status)
-    agent = detail.get("userAgent")
-    if isinstance(agent, str):
-        detail["userAgent"] = agent[:_USER_AGENT_MAX]
-    now = now_ms()
-    with write_transaction():
-        if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
-            raise InvalidToken(recipient_id)
-        if status == OPEN:
-            earlier = Event.select(Event.id).where(
-                (Event.recipient == recipient_id) & (Event.status == OPEN)
-            )
-            detail["first"] = not earlier.exists()
-        Event.insert(
-            recipient=recipient_id, status=status, created_at=now, detail=json.dumps(detail)
-        ).execute()
-        Recipient.update(updated_at=now).where(Recipient.id == recipient_id).execute()

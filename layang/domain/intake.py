@@ -7,9 +7,9 @@ from typing import Any
 
 import templates_store
 from layang.config import Config
-from layang.errors import PayloadTooLarge, TemplateNotFound, ValidationFailed
+from layang.domain.errors import PayloadTooLarge, TemplateNotFound, ValidationFailed
+from layang.domain.sandbox import check_recipients, check_sender
 from layang.models import Account
-from layang.sandbox import check_recipients, check_sender
 from layang.sending.outbox import RECIPIENT_KINDS, queue_payload
 
 log = logging.getLogger("layang.transmissions")

@@ -10,8 +10,8 @@ import hashlib
 import flask
 from flask import render_template, request
 
-from layang.errors import NotFound
-from layang.sandbox import find_consent_request, give_consent
+from layang.domain.errors import NotFound
+from layang.domain.sandbox import find_consent_request, give_consent
 from layang.web.csrf import csrf_token, csrf_valid
 
 

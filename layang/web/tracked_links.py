@@ -7,9 +7,10 @@ import base64
 import flask
 from flask import current_app, request
 
-from layang.errors import NotFound
+from layang.domain.engagement import record_engagement
+from layang.domain.errors import NotFound
 from layang.models import CLICK, OPEN
-from layang.tracking import InvalidToken, Tracker, record_engagement
+from layang.sending.tracking import InvalidToken, Tracker
 
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
 

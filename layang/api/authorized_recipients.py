@@ -11,15 +11,15 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
 from layang.api.transmissions import CompatSchema, EmailAddress, no_line_breaks
-from layang.db import iso_ms
-from layang.models import AuthorizedRecipient
-from layang.sandbox import (
+from layang.clock import iso_ms
+from layang.domain.sandbox import (
     add_authorized_recipient,
     delete_authorized_recipient,
     get_authorized_recipient,
     list_authorized_recipients,
     resend_verification,
 )
+from layang.models import AuthorizedRecipient
 
 blp = Blueprint(
     "authorized_recipients",

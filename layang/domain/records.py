@@ -9,8 +9,8 @@ from typing import Any
 
 import peewee
 
-from layang.db import iso_ms
-from layang.errors import NotFound
+from layang.clock import iso_ms
+from layang.domain.errors import NotFound
 from layang.models import DELIVERY_STATES, INJECTION, Account, Event, Recipient, Transmission
 
 
