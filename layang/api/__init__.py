@@ -14,6 +14,7 @@ from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException
 
 import templates_store
+from layang.api.fields import ErrorSchema
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
 from layang.domain.accounts import authenticate
 from layang.domain.errors import (
@@ -57,28 +58,6 @@ _HTTP_CODES = {
     500: "internal_error",
     503: "service_unavailable",
 }
-
-
-class ErrorSchema(ma.Schema):
-    """The body of every non-2xx answer."""
-
-    error = ma.fields.String(
-        required=True, metadata={"description": "Stable snake_case code, e.g. validation_failed."}
-    )
-    message = ma.fields.String(
-        required=True, metadata={"description": "One sentence naming the field or the cause."}
-    )
-    status = ma.fields.Integer(required=True, metadata={"description": "The HTTP status."})
-    errors = ma.fields.Dict(
-        metadata={"description": "Validation only: field-by-field messages, nested like the body."}
-    )
-
-
-class CursorQuerySchema(ma.Schema):
-    """``limit`` and ``cursor`` of every listing; follow ``nextCursor`` for the next page."""
-
-    limit = ma.fields.Integer(load_default=50, validate=ma.validate.Range(min=1, max=500))
-    cursor = ma.fields.String(validate=ma.validate.Length(max=64))
 
 
 def first_error(errors: Any, path: str = "") -> str:

@@ -10,16 +10,12 @@ from flask import g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint, CursorQuerySchema
+from layang.api import Blueprint
+from layang.api.fields import AddressOutSchema, CursorQuerySchema
 from layang.domain.records import list_activity
 from layang.models import EVENT_KINDS
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")
-
-
-class AddressOutSchema(ma.Schema):
-    email = fields.String()
-    name = fields.String()
 
 
 class EventSchema(ma.Schema):

@@ -9,8 +9,14 @@ from flask import current_app, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
-from layang.api.transmissions import CompatSchema, EmailAddress, no_line_breaks
+from layang.api import Blueprint
+from layang.api.fields import (
+    CompatSchema,
+    CursorQuerySchema,
+    EmailAddress,
+    ErrorSchema,
+    no_line_breaks,
+)
 from layang.clock import iso_ms
 from layang.domain.sandbox import (
     add_authorized_recipient,

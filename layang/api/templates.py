@@ -11,7 +11,8 @@ from flask.views import MethodView
 from marshmallow import fields, validate
 
 import templates_store
-from layang.api import Blueprint, CursorQuerySchema, ErrorSchema
+from layang.api import Blueprint
+from layang.api.fields import CursorQuerySchema, ErrorSchema
 from layang.domain.errors import PreconditionFailed
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")

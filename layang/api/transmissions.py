@@ -13,11 +13,18 @@ from flask import current_app, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint, ErrorSchema
-from layang.api.activity import ActivityRecordSchema, AddressOutSchema
+from layang.api import Blueprint
+from layang.api.activity import ActivityRecordSchema
+from layang.api.fields import (
+    AddressOutSchema,
+    CompatSchema,
+    EmailAddress,
+    ErrorSchema,
+    no_line_breaks,
+    strip_empty,
+)
 from layang.domain.intake import accept_transmission
 from layang.domain.records import get_transmission_view
-from layang.sending.addresses import normalize_address
 from layang.sending.compose import SMTP_POLICY
 
 blp = Blueprint(
@@ -43,35 +50,6 @@ MIME_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
 )
 MAX_RECIPIENTS = 1000
-
-
-def no_line_breaks(value: str) -> None:
-    if "\r" in value or "\n" in value or "\0" in value:
-        raise ma.ValidationError("Must not contain line breaks or NUL characters.")
-
-
-class EmailAddress(fields.String):
-    """An email address, validated and normalised (domain lower-cased, IDNA) in one step, so
-    the rest of the service only ever sees normalised addresses."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
-        return normalize_address(super()._deserialize(value, attr, data, **kwargs))
-
-
-def _strip_empty(value: Any) -> Any:
-    """Published client libraries send ``""``, ``[]`` and ``{}`` for fields they do not use:
-    those mean "absent". Applied to object members at every depth, not to list items."""
-    if isinstance(value, dict):
-        return {k: _strip_empty(v) for k, v in value.items() if v not in ("", [], {}, None)}
-    if isinstance(value, list):
-        return [_strip_empty(v) for v in value]
-    return value
-
-
-class CompatSchema(ma.Schema):
-    @ma.pre_load
-    def empty_means_absent(self, data: Any, **kwargs: Any) -> Any:
-        return _strip_empty(data) if isinstance(data, dict) else data
 
 
 class AddressSchema(CompatSchema):
@@ -194,7 +172,7 @@ class TransmissionRequestSchema(CompatSchema):
     @ma.pre_load
     def attachment_alias(self, data: Any, **kwargs: Any) -> Any:
         if isinstance(data, dict) and "attachment" in data:
-            data = _strip_empty(data)
+            data = strip_empty(data)
             if "attachments" in data and "attachment" in data:
                 raise ma.ValidationError("Give attachments or attachment, not both.", "attachment")
             if "attachment" in data:

@@ -1,0 +1,75 @@
+"""Fields and schemas that several API resources share: the error body, listing queries,
+addresses, timestamps, and the compatibility rule that empty values mean "absent"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from marshmallow import fields
+
+from layang.clock import iso_ms
+from layang.sending.addresses import normalize_address
+
+
+class ErrorSchema(ma.Schema):
+    """The body of every non-2xx answer."""
+
+    error = ma.fields.String(
+        required=True, metadata={"description": "Stable snake_case code, e.g. validation_failed."}
+    )
+    message = ma.fields.String(
+        required=True, metadata={"description": "One sentence naming the field or the cause."}
+    )
+    status = ma.fields.Integer(required=True, metadata={"description": "The HTTP status."})
+    errors = ma.fields.Dict(
+        metadata={"description": "Validation only: field-by-field messages, nested like the body."}
+    )
+
+
+class CursorQuerySchema(ma.Schema):
+    """``limit`` and ``cursor`` of every listing; follow ``nextCursor`` for the next page."""
+
+    limit = ma.fields.Integer(load_default=50, validate=ma.validate.Range(min=1, max=500))
+    cursor = ma.fields.String(validate=ma.validate.Length(max=64))
+
+
+class Timestamp(fields.Field):
+    """An epoch-milliseconds value, written as ISO 8601 UTC (``2026-11-21T10:00:00.123Z``)."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else iso_ms(value)
+
+
+class AddressOutSchema(ma.Schema):
+    email = fields.String()
+    name = fields.String()
+
+
+def no_line_breaks(value: str) -> None:
+    if "\r" in value or "\n" in value or "\0" in value:
+        raise ma.ValidationError("Must not contain line breaks or NUL characters.")
+
+
+class EmailAddress(fields.String):
+    """An email address, validated and normalised (domain lower-cased, IDNA) in one step, so
+    the rest of the service only ever sees normalised addresses."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        return normalize_address(super()._deserialize(value, attr, data, **kwargs))
+
+
+def strip_empty(value: Any) -> Any:
+    """Published client libraries send ``""``, ``[]`` and ``{}`` for fields they do not use:
+    those mean "absent". Applied to object members at every depth, not to list items."""
+    if isinstance(value, dict):
+        return {k: strip_empty(v) for k, v in value.items() if v not in ("", [], {}, None)}
+    if isinstance(value, list):
+        return [strip_empty(v) for v in value]
+    return value
+
+
+class CompatSchema(ma.Schema):
+    @ma.pre_load
+    def empty_means_absent(self, data: Any, **kwargs: Any) -> Any:
+        return strip_empty(data) if isinstance(data, dict) else data
