@@ -25,6 +25,7 @@ from layang.config import Config  # noqa: E402
 from layang.db import open_database, upgrade  # noqa: E402
 from layang.models import MIGRATIONS, Recipient  # noqa: E402
 from layang.sending.compose import compose_message  # noqa: E402
+from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
 
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
@@ -49,14 +50,14 @@ def start_sink(port: int) -> subprocess.Popen:
 def raw_rate(port: int, count: int) -> float:
     messages = [
         compose_message(
-            {
-                "from": {"email": "shop@sender.example"},
-                "subject": f"raw {n}",
-                "to": [{"email": f"r{n}@rcpt.example"}],
-                "bodyText": TEXT,
-                "bodyHtml": HTML,
-                "date": 1_700_000_000_000,
-            },
+            OutgoingMessage(
+                sender=Mailbox("shop@sender.example"),
+                subject=f"raw {n}",
+                to=(Mailbox(f"r{n}@rcpt.example"),),
+                text=TEXT,
+                html=HTML,
+                date_ms=1_700_000_000_000,
+            ),
             f"<raw{n}@sender.example>",
         )
         for n in range(count)
@@ -69,22 +70,23 @@ def raw_rate(port: int, count: int) -> float:
 
 
 def fill(config: Config, count: int) -> None:
-    from layang import accounts
+    from layang.api.transmissions import TransmissionRequestSchema
+    from layang.domain import accounts
     from layang.domain.intake import accept_transmission
 
     account = accounts.create_account("bench", live=True)
+    schema = TransmissionRequestSchema()
     for n in range(count):
-        accept_transmission(
-            account,
+        request = schema.load(
             {
-                "from_": {"email": "shop@sender.example", "name": "Shop"},
+                "from": {"email": "shop@sender.example", "name": "Shop"},
                 "subject": f"layang {n}",
                 "to": [{"email": f"r{n}@rcpt.example"}],
                 "bodyText": TEXT,
                 "bodyHtml": HTML,
-            },
-            config,
+            }
         )
+        accept_transmission(account, request, config)
 
 
 def delivered() -> int:

@@ -9,7 +9,7 @@ import marshmallow as ma
 from marshmallow import fields
 
 from layang.clock import iso_ms
-from layang.sending.addresses import normalize_address
+from layang.sending.message import InvalidAddress, has_line_break, normalize_address
 
 
 class ErrorSchema(ma.Schema):
@@ -47,7 +47,7 @@ class AddressOutSchema(ma.Schema):
 
 
 def no_line_breaks(value: str) -> None:
-    if "\r" in value or "\n" in value or "\0" in value:
+    if has_line_break(value):
         raise ma.ValidationError("Must not contain line breaks or NUL characters.")
 
 
@@ -56,7 +56,10 @@ class EmailAddress(fields.String):
     the rest of the service only ever sees normalised addresses."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
-        return normalize_address(super()._deserialize(value, attr, data, **kwargs))
+        try:
+            return normalize_address(super()._deserialize(value, attr, data, **kwargs))
+        except InvalidAddress as error:
+            raise ma.ValidationError(str(error)) from None
 
 
 def strip_empty(value: Any) -> Any:

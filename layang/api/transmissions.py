@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from typing import Any
 
 import flask
@@ -23,61 +20,61 @@ from layang.api.fields import (
     no_line_breaks,
     strip_empty,
 )
-from layang.domain.intake import accept_transmission
+from layang.domain.intake import TransmissionRequest, accept_transmission
 from layang.domain.records import get_transmission_view
-from layang.sending.compose import SMTP_POLICY
+from layang.sending.message import (
+    HEADER_NAME,
+    MAX_DISPLAY_NAME,
+    MAX_FILENAME,
+    MAX_HEADER_VALUE,
+    MAX_RECIPIENTS,
+    MAX_SUBJECT,
+    MEDIA_TYPE,
+    Attachment,
+    Header,
+    InvalidHeader,
+    Mailbox,
+    OutgoingMessage,
+    check_header,
+    filename_problem,
+    is_base64,
+    is_reserved_header,
+)
 
 blp = Blueprint(
     "transmissions", __name__, description="Send transactional email and look up a sent message."
 )
 
-RESERVED_HEADERS = frozenset(
-    (
-        "from",
-        "to",
-        "cc",
-        "bcc",
-        "subject",
-        "date",
-        "message-id",
-        "mime-version",
-        "dkim-signature",
-        "return-path",
-    )
-)
-HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
-MIME_TYPE = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
-)
-MAX_RECIPIENTS = 1000
-
 
 class AddressSchema(CompatSchema):
     email = EmailAddress(required=True, metadata={"description": "An email address."})
     name = fields.String(
-        validate=[validate.Length(max=256), no_line_breaks],
+        validate=[validate.Length(max=MAX_DISPLAY_NAME), no_line_breaks],
         metadata={"description": "Display name (optional)."},
     )
+
+    @ma.post_load
+    def make_mailbox(self, data: dict[str, Any], **kwargs: Any) -> Mailbox:
+        return Mailbox(data["email"], data.get("name"))
 
 
 class AttachmentSchema(CompatSchema):
     mimeType = fields.String(
-        validate=validate.Regexp(MIME_TYPE, error="Not a valid media type (type/subtype)."),
+        validate=validate.Regexp(MEDIA_TYPE, error="Not a valid media type (type/subtype)."),
         metadata={"description": "Media type; guessed from the file name when absent."},
     )
     filename = fields.String(
         required=True,
-        validate=validate.Length(max=255),
+        validate=validate.Length(max=MAX_FILENAME),
         metadata={"description": "File name with extension, no path."},
     )
     value = fields.String(required=True, metadata={"description": "The content, Base64."})
 
     @ma.validates("filename")
     def plain_filename(self, value: str, **kwargs: Any) -> None:
-        if "/" in value or "\\" in value or any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise ma.ValidationError("Must not contain path separators or control characters.")
-        if value in (".", ".."):
-            raise ma.ValidationError("Not a file name.")
+        problem = filename_problem(value)
+        if problem:
+            raise ma.ValidationError(problem)
 
     @ma.validates("mimeType")
     def single_part(self, value: str, **kwargs: Any) -> None:
@@ -86,17 +83,19 @@ class AttachmentSchema(CompatSchema):
 
     @ma.validates("value")
     def base64_value(self, value: str, **kwargs: Any) -> None:
-        try:
-            base64.b64decode("".join(value.split()), validate=True)
-        except (binascii.Error, ValueError):
-            raise ma.ValidationError("Not valid Base64.") from None
+        if not is_base64(value):
+            raise ma.ValidationError("Not valid Base64.")
+
+    @ma.post_load
+    def make_attachment(self, data: dict[str, Any], **kwargs: Any) -> Attachment:
+        return Attachment(data["filename"], "".join(data["value"].split()), data.get("mimeType"))
 
 
 class HeaderSchema(CompatSchema):
     name = fields.String(required=True, metadata={"description": "Header field name."})
     value = fields.String(
         required=True,
-        validate=[validate.Length(max=8000), no_line_breaks],
+        validate=[validate.Length(max=MAX_HEADER_VALUE), no_line_breaks],
         metadata={"description": "Header value, no line breaks."},
     )
 
@@ -104,23 +103,20 @@ class HeaderSchema(CompatSchema):
     def allowed_name(self, value: str, **kwargs: Any) -> None:
         if not HEADER_NAME.match(value):
             raise ma.ValidationError("Not a valid header name.")
-        lowered = value.lower()
-        if lowered in RESERVED_HEADERS or lowered.startswith("content-"):
+        if is_reserved_header(value):
             raise ma.ValidationError(f"{value} is set by the service and cannot be given.")
 
     @ma.validates_schema
     def well_formed(self, data: dict[str, Any], **kwargs: Any) -> None:
-        if "name" not in data or "value" not in data:
-            return
-        # Structured headers (Reply-To, Sender, List-*) must parse, or the message could not be
-        # written later; finding that out now turns a lost message into a clear 400.
+        # Runs only once name and value passed their own checks, so what is left is the value.
         try:
-            header = SMTP_POLICY.header_factory(data["name"], data["value"])
-            header.fold(policy=SMTP_POLICY)
-        except Exception:
-            raise ma.ValidationError("Not a valid value for this header.", "value") from None
-        if header.defects:
-            raise ma.ValidationError(f"Not a valid value: {header.defects[0]}.", "value")
+            check_header(data["name"], data["value"])
+        except InvalidHeader as error:
+            raise ma.ValidationError(str(error), "value") from None
+
+    @ma.post_load
+    def make_header(self, data: dict[str, Any], **kwargs: Any) -> Header:
+        return Header(data["name"], data["value"])
 
 
 class OptionsAttributesSchema(CompatSchema):
@@ -138,11 +134,13 @@ def _addresses(description: str, **kwargs: Any) -> fields.List:
 
 
 class TransmissionRequestSchema(CompatSchema):
+    """The request body of a send; loads into a :class:`TransmissionRequest`."""
+
     from_ = fields.Nested(
         AddressSchema, required=True, data_key="from", metadata={"description": "The sender."}
     )
     subject = fields.String(
-        validate=[validate.Length(max=998), no_line_breaks],
+        validate=[validate.Length(max=MAX_SUBJECT), no_line_breaks],
         metadata={"description": "Required unless the template has one."},
     )
     to = _addresses("Primary recipients, at least one.", required=True)
@@ -193,9 +191,34 @@ class TransmissionRequestSchema(CompatSchema):
         count = sum(len(data.get(kind, ())) for kind in ("to", "cc", "bcc"))
         if count > MAX_RECIPIENTS:
             raise ma.ValidationError(f"At most {MAX_RECIPIENTS} recipients in all.", "to")
-        names = [h["name"].lower() for h in data.get("headers", ())]
+        names = [header.name.lower() for header in data.get("headers", ())]
         if "reply-to" in names and "replyTo" in data:
             raise ma.ValidationError("Give replyTo or a Reply-To header, not both.", "headers")
+
+    @ma.post_load
+    def make_request(self, data: dict[str, Any], **kwargs: Any) -> TransmissionRequest:
+        options = data.get("optionsAttributes", {})
+        message = OutgoingMessage(
+            sender=data["from_"],
+            subject=data.get("subject", ""),
+            to=tuple(data["to"]),
+            cc=tuple(data.get("cc", ())),
+            bcc=tuple(data.get("bcc", ())),
+            reply_to=tuple(data.get("replyTo", ())),
+            text=data.get("bodyText"),
+            html=data.get("bodyHtml"),
+            attachments=tuple(data.get("attachments", ())),
+            headers=tuple(data.get("headers", ())),
+            open_tracking=options.get("openTracking", False),
+            click_tracking=options.get("clickTracking", False),
+            transactional=options.get("transactional"),
+        )
+        return TransmissionRequest(
+            message,
+            template_id=data.get("templateId"),
+            substitution_data=data.get("substitutionData", {}),
+            metadata=data.get("metadata", {}),
+        )
 
 
 class TransmissionAcceptedSchema(ma.Schema):
@@ -222,13 +245,13 @@ class Transmissions(MethodView):
     @blp.alt_response(413, schema=ErrorSchema, description="Message too large.")
     @blp.alt_response(415, schema=ErrorSchema, description="Body is not application/json.")
     @blp.alt_response(422, schema=ErrorSchema, description="Sandbox rule refused the message.")
-    def post(self, data: dict[str, Any]) -> flask.Response:
+    def post(self, request: TransmissionRequest) -> flask.Response:
         """Send a message
 
         The answer comes only after the message is durably stored: from then on it is never lost.
         """
         config = current_app.config["LAYANG"]
-        transmission_id = accept_transmission(g.account, data, config)
+        transmission_id = accept_transmission(g.account, request, config)
         # The hottest endpoint answers a fixed shape: skip the schema dump (still documented).
         return flask.jsonify(transmissionId=transmission_id)
 

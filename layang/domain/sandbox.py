@@ -14,7 +14,8 @@ from layang.config import Config
 from layang.db import write_transaction
 from layang.domain.errors import Conflict, NotFound, RecipientNotAuthorized, SenderNotAllowed
 from layang.models import UNVERIFIED, VERIFIED, Account, AuthorizedRecipient
-from layang.sending.outbox import queue_payload
+from layang.sending.message import Mailbox, OutgoingMessage
+from layang.sending.outbox import queue_message
 
 TOKEN_LIFETIME_MS = 7 * 24 * 3600 * 1000
 
@@ -56,17 +57,15 @@ def _send_verification(
         f"<p>The link works once and expires in 7 days. If you do not know "
         f"{html.escape(who)}, ignore this email: nothing will be sent to you.</p>"
     )
-    to = {"email": recipient.email, **({"name": recipient.name} if recipient.name else {})}
-    payload = {
-        "from": {"email": config.sandbox_sender, "name": "Layang Sandbox"},
-        "to": [to],
-        "subject": f"{who} would like to send you test email",
-        "bodyText": text,
-        "bodyHtml": f"<!DOCTYPE html><html><body>{body}</body></html>",
-        "options": {},
-    }
+    message = OutgoingMessage(
+        sender=Mailbox(config.sandbox_sender, "Layang Sandbox"),
+        to=(Mailbox(recipient.email, recipient.name or None),),
+        subject=f"{who} would like to send you test email",
+        text=text,
+        html=f"<!DOCTYPE html><html><body>{body}</body></html>",
+    )
     metadata = {"purpose": "sandbox-verification", "authorizedRecipientId": recipient.id}
-    return queue_payload(account, payload, metadata, source="sandbox")
+    return queue_message(account, message, metadata, source="sandbox")
 
 
 def add_authorized_recipient(
@@ -181,9 +180,15 @@ def verified_addresses(account: Account, addresses: Iterable[str]) -> set[str]:
     return {row.email_key for row in query}
 
 
+def sender_allowed(account: Account, sender: str, config: Config) -> bool:
+    """Whether ``account`` may send from ``sender``: a sandbox account only from the sandbox
+    sender, a live account from anywhere."""
+    return not account.is_sandbox or sender.lower() == config.sandbox_sender.lower()
+
+
 def check_sender(account: Account, sender: str, config: Config) -> None:
-    """``SenderNotAllowed`` unless a sandbox account sends from the sandbox sender."""
-    if account.is_sandbox and sender.lower() != config.sandbox_sender.lower():
+    """``SenderNotAllowed`` unless ``sender_allowed``."""
+    if not sender_allowed(account, sender, config):
         raise SenderNotAllowed(
             f"from.email: sandbox accounts send from {config.sandbox_sender} only.",
             {"from": {"email": [f"Sandbox accounts send from {config.sandbox_sender} only."]}},

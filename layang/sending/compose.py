@@ -18,14 +18,20 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
-from email import policy
 from email.headerregistry import AddressHeader, Group, UnstructuredHeader
 from itertools import pairwise
-from typing import Any
 
-from layang.sending.addresses import LOCAL_PART
-
-SMTP_POLICY = policy.SMTP
+from layang.sending.message import (
+    HEADER_NAME,
+    LOCAL_PART,
+    SMTP_POLICY,
+    Attachment,
+    Header,
+    Mailbox,
+    OutgoingMessage,
+    is_reserved_header,
+    is_single_part_type,
+)
 
 _FOLD = 78  # RFC 5322 "SHOULD" line length
 _MAX_LINE = 998  # RFC 5322 "MUST" line length
@@ -43,17 +49,9 @@ _VCHARS = re.compile(r"[!-~]+")
 # What some decoder would take for an encoded-word (email.header's pattern is this lenient).
 _ENCODED_WORD = re.compile(r"=\?[^?]*\?[bBqQ]\?.*?\?=", re.DOTALL)
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n]")
-_HEADER_NAME = re.compile(r"[!-9;-~]{1,76}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _DOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
-_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
 _PLAIN_FILENAME = re.compile(r"[ !#-\[\]-~]+")  # printable ASCII but '"' and '\'
-
-# Headers this module writes itself: a custom one of the same name would contradict them (the
-# API refuses these names; Bcc would also leak the blind copies).
-_OWN_HEADERS = frozenset(
-    ("from", "to", "cc", "bcc", "subject", "date", "message-id", "mime-version")
-)
 
 
 def _q_encoded(byte: int) -> str:
@@ -92,13 +90,13 @@ def transfer_encoding(body: str) -> str:
     return "7bit" if _is_7bit(data, data.splitlines()) else "quoted-printable"
 
 
-def compose_message(payload: dict[str, Any], message_id: str) -> bytes:
-    """The message, as bytes with CRLF line ends, for a stored transmission payload.
+def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
+    """``message`` as bytes with CRLF line ends.
 
-    ``payload`` is a validated transmission (addresses normalised, at least one of
-    ``bodyText`` / ``bodyHtml``). Headers come in this order: From, To, Cc, Reply-To, Subject,
-    Date (``payload["date"]``, epoch milliseconds, written in UTC), Message-ID (``message_id``
-    as given), MIME-Version, the custom ``headers``, then the content headers. Bcc recipients
+    ``message`` follows the rules of :mod:`layang.sending.message` (addresses normalised, at
+    least one body). Headers come in this order: From, To, Cc, Reply-To, Subject, Date
+    (``date_ms``, written in UTC), Message-ID (``message_id`` as given), MIME-Version, the
+    custom ``headers``, then the content headers. Bcc recipients
     are never written into the headers; they exist only in the envelope.
 
     The body is text/plain or text/html alone, multipart/alternative (text first) when there
@@ -111,31 +109,30 @@ def compose_message(payload: dict[str, Any], message_id: str) -> bytes:
     new header line: CR and LF in values are written as spaces. Raises ``ValueError`` for what
     cannot be written: an address or header name that is not well-formed, a custom header
     that the service writes itself, or more of a header than RFC 5322 allows (a Reply-To given
-    both as ``replyTo`` and as a custom header).
+    both as ``reply_to`` and as a custom header).
     """
-    sender = payload["from"]
-    head = [_header("From", _mailbox(sender["email"], sender.get("name")))]
-    if payload.get("to"):
-        head.append(_header("To", _address_list(payload["to"])))
-    if payload.get("cc"):
-        head.append(_header("Cc", _address_list(payload["cc"])))
-    if payload.get("replyTo"):
-        head.append(_header("Reply-To", _address_list(payload["replyTo"])))
-    head.append(_header("Subject", _unstructured(payload["subject"])))
-    head.append(f"Date: {_date(payload['date'])}\r\n")
+    head = [_header("From", _mailbox(message.sender))]
+    if message.to:
+        head.append(_header("To", _address_list(message.to)))
+    if message.cc:
+        head.append(_header("Cc", _address_list(message.cc)))
+    if message.reply_to:
+        head.append(_header("Reply-To", _address_list(message.reply_to)))
+    head.append(_header("Subject", _unstructured(message.subject)))
+    head.append(f"Date: {_date(message.date_ms)}\r\n")
     head.append(_header("Message-ID", _unstructured(message_id)))
     head.append("MIME-Version: 1.0\r\n")
-    head.extend(_custom_headers(payload.get("headers", ()), bool(payload.get("replyTo"))))
+    head.extend(_custom_headers(message.headers, bool(message.reply_to)))
 
     # Each part is (its headers, its encoded content, whether that content is 7bit text, which
     # alone could contain a boundary line).
     parts: list[tuple[str, bytes, bool]] = []
-    for subtype, key in (("plain", "bodyText"), ("html", "bodyHtml")):
-        if payload.get(key) is not None:
-            parts.append(_text_part(subtype, payload[key]))
+    for subtype, body in (("plain", message.text), ("html", message.html)):
+        if body is not None:
+            parts.append(_text_part(subtype, body))
     if not parts:
-        raise ValueError("a message needs bodyText or bodyHtml")
-    attachments = [_attachment_part(attachment) for attachment in payload.get("attachments", ())]
+        raise ValueError("a message needs a text or an HTML body")
+    attachments = [_attachment_part(attachment) for attachment in message.attachments]
     literal = [content for _, content, is_literal in (*parts, *attachments) if is_literal]
 
     body = _multipart("alternative", parts, literal) if len(parts) > 1 else parts[0]
@@ -355,18 +352,18 @@ def _addr_spec(email: str) -> str:
     return email
 
 
-def _mailbox(email: str, name: str | None) -> list[str]:
-    if not name:
-        return [_addr_spec(email)]
-    return [*_phrase(name), f"<{_addr_spec(email)}>"]
+def _mailbox(mailbox: Mailbox) -> list[str]:
+    if not mailbox.name:
+        return [_addr_spec(mailbox.email)]
+    return [*_phrase(mailbox.name), f"<{_addr_spec(mailbox.email)}>"]
 
 
-def _address_list(entries: Iterable[dict[str, str]]) -> list[str]:
+def _address_list(mailboxes: Iterable[Mailbox]) -> list[str]:
     items: list[str] = []
-    for entry in entries:
+    for mailbox in mailboxes:
         if items:
             items[-1] += ","
-        items.extend(_mailbox(entry["email"], entry.get("name")))
+        items.extend(_mailbox(mailbox))
     return items
 
 
@@ -379,16 +376,16 @@ def _date(epoch_ms: float) -> str:
     )
 
 
-def _custom_headers(headers: Iterable[dict[str, str]], has_reply_to: bool) -> list[str]:
+def _custom_headers(headers: Iterable[Header], has_reply_to: bool) -> list[str]:
     registry = SMTP_POLICY.header_factory.registry
     counts = {"reply-to": 1} if has_reply_to else {}
     written = []
     for header in headers:
-        name, value = header["name"], header["value"]
+        name, value = header.name, header.value
         lowered = name.lower()
-        if not _HEADER_NAME.fullmatch(name):
+        if not HEADER_NAME.match(name):
             raise ValueError(f"not a valid header name: {name!r}")
-        if lowered in _OWN_HEADERS or lowered.startswith("content-"):
+        if is_reserved_header(name):
             raise ValueError(f"{name} is written by the service and cannot be given")
         kind = registry.get(lowered)
         if kind is None or issubclass(kind, UnstructuredHeader):
@@ -469,18 +466,18 @@ def _text_part(subtype: str, text: str) -> tuple[str, bytes, bool]:
     return headers, content, encoding == "7bit"
 
 
-def _attachment_part(attachment: dict[str, str]) -> tuple[str, bytes, bool]:
-    filename = attachment.get("filename") or ""
-    media_type = (attachment.get("mimeType") or "").lower()
-    if not _single_part_type(media_type):
+def _attachment_part(attachment: Attachment) -> tuple[str, bytes, bool]:
+    filename = attachment.filename
+    media_type = (attachment.media_type or "").lower()
+    if not is_single_part_type(media_type):
         media_type = "/".join(guess_mime_type(filename)).lower()
-        if not _single_part_type(media_type):
+        if not is_single_part_type(media_type):
             media_type = "application/octet-stream"
     disposition = _disposition(filename)
     if media_type == "message/rfc822":
         # RFC 2046 allows only 7bit, 8bit or binary for message/rfc822, and parsers read the
         # part as a message: a 7-bit clean one goes as is, in its canonical CRLF form.
-        data = base64.b64decode(attachment["value"])
+        data = base64.b64decode(attachment.content)
         lines = data.splitlines()
         if _is_7bit(data, lines):
             content = b"\r\n".join(lines)
@@ -489,11 +486,7 @@ def _attachment_part(attachment: dict[str, str]) -> tuple[str, bytes, bool]:
             headers = f"Content-Type: {media_type}\r\nContent-Transfer-Encoding: 7bit\r\n"
             return headers + disposition, content, True
     headers = f"Content-Type: {media_type}\r\nContent-Transfer-Encoding: base64\r\n"
-    return headers + disposition, _base64_lines(attachment["value"]), False
-
-
-def _single_part_type(media_type: str) -> bool:
-    return bool(_MEDIA_TYPE.fullmatch(media_type)) and not media_type.startswith("multipart/")
+    return headers + disposition, _base64_lines(attachment.content), False
 
 
 def _base64_lines(value: str) -> bytes:

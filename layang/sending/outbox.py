@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from layang.clock import iso_ms, now_ms
@@ -26,12 +26,11 @@ from layang.models import (
     Recipient,
     Transmission,
 )
-from layang.sending.addresses import domain_of
+from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import RecipientResult
 
 log = logging.getLogger("layang.outbox")
 
-RECIPIENT_KINDS = ("to", "cc", "bcc")
 TRANSMISSION_FIELDS = (
     "id",
     "account",
@@ -61,7 +60,8 @@ RECIPIENT_FIELDS = (
 
 @dataclass(frozen=True)
 class Submission:
-    """A message accepted by one of the ways in, ready to be stored."""
+    """A message accepted by one of the ways in, ready to be stored: either ``message`` (built
+    into MIME by the worker) or ``raw``, finished MIME bytes (SMTP submissions)."""
 
     transmission_id: str
     created_at: int
@@ -70,9 +70,9 @@ class Submission:
     from_header: str
     subject: str
     message_id: str
-    metadata: dict[str, str]
+    metadata: Mapping[str, Any]
     recipients: Sequence[tuple[str, str]]
-    payload: dict[str, Any] | None = None
+    message: OutgoingMessage | None = None
     raw: bytes | None = None
 
 
@@ -80,7 +80,8 @@ def enqueue(account: Account, submission: Submission) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
-    payload = None if submission.payload is None else json.dumps(submission.payload)
+    message = submission.message
+    payload = None if message is None else json.dumps(message.to_payload(), separators=(",", ":"))
     transmission_row = (
         submission.transmission_id,
         account.id,
@@ -117,40 +118,28 @@ def enqueue(account: Account, submission: Submission) -> None:
     )
 
 
-def _envelope_recipients(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """(address, kind) for every distinct recipient; an address listed twice gets one email,
-    under the first kind it appears in (to, then cc, then bcc)."""
-    seen: set[str] = set()
-    recipients = []
-    for kind in RECIPIENT_KINDS:
-        for address in data.get(kind, ()):
-            key = address["email"].lower()
-            if key not in seen:
-                seen.add(key)
-                recipients.append((address["email"], kind))
-    return recipients
-
-
-def queue_payload(
-    account: Account, payload: dict[str, Any], metadata: dict[str, str], source: str = "api"
+def queue_message(
+    account: Account, message: OutgoingMessage, metadata: Mapping[str, Any], source: str = "api"
 ) -> str:
-    """Queue a message described by a normalised payload (addresses already normalised);
-    returns the transmission id once it is durably stored."""
+    """Queue ``message`` (addresses normalised, rules checked) for each of its recipients;
+    returns the transmission id once it is durably stored. The message is dated now."""
     transmission_id = new_id()
     accepted_at = now_ms()
-    payload["date"] = accepted_at
-    sender = payload["from"]
+    message = replace(message, date_ms=accepted_at)
+    sender = message.sender
     submission = Submission(
         transmission_id=transmission_id,
         created_at=accepted_at,
         source=source,
-        mail_from=sender["email"],
-        from_header=json.dumps(sender),
-        subject=payload["subject"],
-        message_id=f"<{transmission_id}@{domain_of(sender['email'])}>",
+        mail_from=sender.email,
+        from_header=json.dumps(
+            {"email": sender.email, "name": sender.name} if sender.name else {"email": sender.email}
+        ),
+        subject=message.subject,
+        message_id=f"<{transmission_id}@{domain_of(sender.email)}>",
         metadata=metadata,
-        recipients=_envelope_recipients(payload),
-        payload=payload,
+        recipients=message.envelope_recipients(),
+        message=message,
     )
     enqueue(account, submission)
     log.info(
@@ -257,17 +246,6 @@ class Attempt:
     recipients: Sequence[Recipient]
     results: dict[str, RecipientResult]
     built: tuple[str, bytes] | None = None
-
-
-def record_results(
-    owner: str,
-    recipients: Sequence[Recipient],
-    results: dict[str, RecipientResult],
-    policy: RetryPolicy,
-    built: tuple[str, bytes] | None = None,
-) -> dict[str, str]:
-    """``record_attempts`` for a single attempt."""
-    return record_attempts(owner, [Attempt(recipients, results, built)], policy)
 
 
 def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:

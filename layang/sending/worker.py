@@ -16,6 +16,7 @@ from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_su
 from layang.metrics import timed_relay
 from layang.models import Recipient, Transmission
 from layang.sending.compose import compose_message
+from layang.sending.message import OutgoingMessage
 from layang.sending.outbox import (
     Attempt,
     RetryPolicy,
@@ -24,7 +25,7 @@ from layang.sending.outbox import (
     release_leases,
     renew_lease,
 )
-from layang.sending.relay import RecipientResult, Relay, SendResult, relay_from_url
+from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
 from layang.sending.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
@@ -110,52 +111,63 @@ class Worker:
         return len(claimed)
 
     def deliver(self, transmission: Transmission, recipients: Sequence[Recipient]) -> None:
-        payload = json.loads(transmission.payload) if transmission.raw is None else None
-        options = (payload or {}).get("options", {})
-        if (
-            payload
-            and payload.get("bodyHtml")
-            and (options.get("openTracking") or options.get("clickTracking"))
-        ):
+        message = None
+        if transmission.raw is None:
+            try:
+                message = OutgoingMessage.from_payload(json.loads(transmission.payload))
+            except Exception as error:
+                self.unbuildable(transmission, recipients, error)
+                return
+        if message is not None and message.tracked:
             # Tracking URLs name the recipient, so each recipient gets a copy of its own.
             for recipient in recipients:
-                self.attempt(transmission, [recipient], payload, tracked=True)
+                self.attempt(transmission, [recipient], message, tracked=True)
         else:
-            self.attempt(transmission, recipients, payload, tracked=False)
+            self.attempt(transmission, recipients, message, tracked=False)
 
     def attempt(
         self,
         transmission: Transmission,
         recipients: Sequence[Recipient],
-        payload: dict | None,
+        message: OutgoingMessage | None,
         *,
         tracked: bool,
     ) -> None:
         """One delivery attempt of one copy of the message to ``recipients``."""
-        transmission_id = transmission.id
         addresses = [r.address for r in recipients]
         built = None
         try:
-            if payload is None:
+            if message is None:
                 raw = bytes(transmission.raw)
             elif tracked:
                 raw = compose_message(
-                    self.tracked_payload(payload, recipients[0].id), transmission.message_id
+                    self.tracked_message(message, recipients[0].id), transmission.message_id
                 )
             else:
-                raw = compose_message(payload, transmission.message_id)
+                raw = compose_message(message, transmission.message_id)
                 built = (transmission.id, raw)
         except Exception as error:
-            log.exception("could not build message tid=%s", transmission_id)
-            reply = f"message could not be built: {error}"
-            result = SendResult(tuple(RecipientResult(a, 0, reply, "deferred") for a in addresses))
-        else:
-            with timed_relay():
-                result = self.relay.send(
-                    transmission.mail_from, addresses, raw, reference=transmission_id
-                )
-        self.pending.append(Attempt(recipients, result.by_recipient(), built))
-        self.pending_count += len(recipients)
+            self.unbuildable(transmission, recipients, error)
+            return
+        with timed_relay():
+            result = self.relay.send(
+                transmission.mail_from, addresses, raw, reference=transmission.id
+            )
+        self.add_pending(Attempt(recipients, result.by_recipient(), built))
+
+    def unbuildable(
+        self, transmission: Transmission, recipients: Sequence[Recipient], error: Exception
+    ) -> None:
+        """A message that cannot be built never will be: it bounces at once with the reason,
+        rather than being retried for days."""
+        log.error("could not build message tid=%s: %s", transmission.id, error)
+        reply = f"message could not be built: {error}"
+        results = {r.address: RecipientResult(r.address, 0, reply, BOUNCED) for r in recipients}
+        self.add_pending(Attempt(recipients, results))
+
+    def add_pending(self, attempt: Attempt) -> None:
+        self.pending.append(attempt)
+        self.pending_count += len(attempt.recipients)
         if self.pending_since is None:
             self.pending_since = time.monotonic()
         if (
@@ -200,12 +212,11 @@ class Worker:
                 discard_connection()
                 time.sleep(min(1.0, self.config.lease_seconds / 10))
 
-    def tracked_payload(self, payload: dict, recipient_id: str) -> dict:
-        options = payload.get("options", {})
+    def tracked_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:
         html = self.tracker.track_html(
-            payload["bodyHtml"],
+            message.html,
             recipient_id,
-            opens=bool(options.get("openTracking")),
-            clicks=bool(options.get("clickTracking")),
+            opens=message.open_tracking,
+            clicks=message.click_tracking,
         )
-        return {**payload, "bodyHtml": html}
+        return message.with_html(html)

@@ -16,15 +16,14 @@ import socket
 import peewee
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
-from marshmallow import ValidationError
 
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, new_id
 from layang.domain.accounts import authenticate
-from layang.domain.sandbox import verified_addresses
+from layang.domain.sandbox import sender_allowed, verified_addresses
 from layang.models import Account
-from layang.sending.addresses import normalize_address
+from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
 from layang.smtpd.submitted import prepare_submission
 from layang.smtpd.tls import server_tls_context
@@ -32,7 +31,6 @@ from layang.smtpd.tls import server_tls_context
 log = logging.getLogger("layang.smtpd")
 
 MAILTARGET_USER = "smtp_mt_injection"
-MAX_RECIPIENTS = 1000
 
 
 def check_credentials(user: str, key: str) -> Account | None:
@@ -129,9 +127,9 @@ class SubmissionHandler:
         account: Account = session.auth_data
         try:
             sender = normalize_address(address)
-        except ValidationError:
+        except InvalidAddress:
             return "553 5.1.7 Sender address rejected: not a valid address"
-        if account.is_sandbox and sender.lower() != self.config.sandbox_sender.lower():
+        if not sender_allowed(account, sender, self.config):
             return (
                 f"553 5.7.1 Sender not allowed: sandbox accounts send from "
                 f"{self.config.sandbox_sender}"
@@ -151,7 +149,7 @@ class SubmissionHandler:
         account: Account = session.auth_data
         try:
             recipient = normalize_address(address)
-        except ValidationError:
+        except InvalidAddress:
             return "553 5.1.3 Recipient address rejected: not a valid address"
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"

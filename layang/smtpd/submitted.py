@@ -9,7 +9,7 @@ from email import policy
 from email.parser import BytesHeaderParser
 from email.utils import format_datetime, getaddresses
 
-from layang.sending.addresses import domain_of
+from layang.sending.message import domain_of
 
 _FIELD_START = re.compile(rb"^[!-9;-~]+:")
 

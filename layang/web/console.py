@@ -15,7 +15,6 @@ from typing import Any
 
 import flask
 from flask import current_app, flash, redirect, render_template, request, session, url_for
-from marshmallow import ValidationError
 
 import templates_store
 from layang.clock import iso_ms
@@ -23,7 +22,7 @@ from layang.domain import records, sandbox
 from layang.domain.accounts import authenticate, hash_key
 from layang.domain.errors import LayangError, NotFound
 from layang.models import EVENT_KINDS, Account, ApiKey
-from layang.sending.addresses import normalize_address
+from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
 
 PREVIEW_DATA_MAX = 64 * 1024
 
@@ -166,11 +165,11 @@ def recipients_page(account: Account) -> Any:
         email, name = request.form.get("email", ""), request.form.get("name", "").strip()
         try:
             address = normalize_address(email)
-            if "\r" in name or "\n" in name or len(name) > 256:
-                raise ValidationError("Not a valid name.")
+            if has_line_break(name) or len(name) > MAX_DISPLAY_NAME:
+                raise ValueError("Not a valid name.")
             sandbox.add_authorized_recipient(account, address, name or None, config)
-        except ValidationError as error:
-            flash(f"{email}: {error.messages[0]}", "error")
+        except ValueError as error:  # InvalidAddress is one
+            flash(f"{email}: {error}", "error")
         except LayangError as error:
             flash(error.message, "error")
         else:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from layang.models import Recipient, Transmission
+from layang.sending.message import OutgoingMessage
 from tests.conftest import b64
 
 URL = "/v1/layang/transmissions"
@@ -107,8 +108,8 @@ def test_attachment_alias(client, auth):
     )
     response = post(client, auth, body)
     assert response.status_code == 200
-    payload = json.loads(Transmission.get_by_id(response.get_json()["transmissionId"]).payload)
-    assert payload["attachments"][0]["filename"] == "a.txt"
+    stored = Transmission.get_by_id(response.get_json()["transmissionId"]).payload
+    assert OutgoingMessage.from_payload(json.loads(stored)).attachments[0].filename == "a.txt"
 
 
 def test_duplicate_recipients_get_one_email(client, auth):

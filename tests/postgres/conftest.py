@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from layang.api.transmissions import TransmissionRequestSchema
 from layang.config import Config
 from layang.db import database
 from layang.domain.intake import accept_transmission
@@ -27,12 +28,14 @@ def queue_many(config: Config, account: Account) -> Callable[..., list[str]]:
             return [
                 accept_transmission(
                     account,
-                    {
-                        "from_": {"email": "shop@sender.test"},
-                        "subject": f"{prefix}{n}",
-                        "to": [{"email": f"r{n}@rcpt.test"}],
-                        "bodyText": "hello",
-                    },
+                    TransmissionRequestSchema().load(
+                        {
+                            "from": {"email": "shop@sender.test"},
+                            "subject": f"{prefix}{n}",
+                            "to": [{"email": f"r{n}@rcpt.test"}],
+                            "bodyText": "hello",
+                        }
+                    ),
                     config,
                 )
                 for n in range(count)

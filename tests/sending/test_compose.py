@@ -16,6 +16,7 @@ import re
 import types
 from datetime import UTC, datetime
 from email import errors
+from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses
 from typing import Any
@@ -23,13 +24,9 @@ from typing import Any
 import pytest
 
 from layang.sending import compose
-from layang.sending.addresses import header_address
-from layang.sending.compose import (
-    SMTP_POLICY,
-    compose_message,
-    guess_mime_type,
-    transfer_encoding,
-)
+from layang.sending.compose import compose_message as compose_typed
+from layang.sending.compose import guess_mime_type, transfer_encoding
+from layang.sending.message import SMTP_POLICY, OutgoingMessage
 
 MESSAGE_ID = "<0123456789abcdef@sender.example>"
 PNG = base64.b64decode(
@@ -82,6 +79,21 @@ HOSTILE_TEXT = [
     "\x00\x01\x1f\x7f controls",
     "\u2028line\u2029separators\x85",
 ]
+
+
+def compose_message(payload: dict[str, Any], message_id: str) -> bytes:
+    """Compose a message given in the stored format of the first releases (camelCase, as the
+    API took it), which the service still reads for mail queued before an upgrade."""
+    return compose_typed(OutgoingMessage.from_payload(payload), message_id)
+
+
+def header_address(email: str, name: str | None = None) -> Address:
+    """An ``email.headerregistry.Address`` for a normalised address (name encoded as needed)."""
+    local, _, domain = email.rpartition("@")
+    if local.startswith('"'):
+        # Address quotes the user name itself when needed; give it the unquoted form.
+        local = re.sub(r"\\(.)", r"\1", local[1:-1])
+    return Address(display_name=name or "", username=local, domain=domain)
 
 
 def reference_compose(payload: dict[str, Any], message_id: str) -> bytes:
@@ -413,7 +425,7 @@ def test_date_is_rfc5322_utc(epoch_ms):
 
 
 def test_a_message_needs_a_body():
-    with pytest.raises(ValueError, match="bodyText or bodyHtml"):
+    with pytest.raises(ValueError, match="a text or an HTML body"):
         compose_message(make_payload(bodyText=None, attachments=ATTACHMENTS[:1]), MESSAGE_ID)
 
 
