@@ -92,7 +92,7 @@ def upgrade_when_back() -> None:
 
 def create_app(config: Config | None = None) -> flask.Flask:
     """Build the WSGI application from ``config`` (default: the environment)."""
-    config = (config or Config.from_env()).with_secret_key()
+    config = config or Config.from_env()
     configure_logging(config)
     app = flask.Flask("layang", static_folder=None)
     app.config.update(

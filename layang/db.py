@@ -19,9 +19,10 @@ from playhouse.db_url import parse as parse_url
 from layang.clock import now_ms
 
 try:
+    import psycopg2
     from psycopg2 import extensions as psycopg2_extensions
 except ImportError:  # PostgreSQL support is optional
-    psycopg2_extensions = None
+    psycopg2 = psycopg2_extensions = None
 
 log = logging.getLogger("layang.db")
 
@@ -49,8 +50,11 @@ POSTGRESQL_CONNECT_DEFAULTS: dict[str, Any] = {
 }
 
 # Errors that mean "the database cannot be reached or the connection broke", as peewee raises
-# them for psycopg2 and sqlite3 alike.
+# them for psycopg2 and sqlite3 alike, plus psycopg2's own: one raised while reading a result
+# escapes peewee's wrapping and means the same. The one definition for every process.
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (peewee.OperationalError, peewee.InterfaceError)
+if psycopg2 is not None:
+    UNAVAILABLE_ERRORS += (psycopg2.OperationalError, psycopg2.InterfaceError)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 

@@ -37,11 +37,6 @@ class Unauthorized(LayangError):
     code = "unauthorized"
 
 
-class Forbidden(LayangError):
-    status = 403
-    code = "forbidden"
-
-
 class NotFound(LayangError):
     status = 404
     code = "not_found"

@@ -46,7 +46,7 @@ class Worker:
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
-        self.tracker = Tracker(config.with_secret_key().secret_key, config.public_url)
+        self.tracker = Tracker(config.secret_key, config.public_url)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
         self.abandoned = False

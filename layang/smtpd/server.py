@@ -13,13 +13,12 @@ import json
 import logging
 import socket
 
-import peewee
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import database, new_id
+from layang.db import UNAVAILABLE_ERRORS, database, new_id
 from layang.domain.accounts import authenticate
 from layang.domain.sandbox import sender_allowed, verified_addresses
 from layang.models import Account
@@ -68,7 +67,7 @@ class SubmissionHandler:
             return AuthResult(success=False, handled=False)
         try:
             account = await asyncio.to_thread(check_credentials, user_text, key_text)
-        except (peewee.OperationalError, peewee.InterfaceError):
+        except UNAVAILABLE_ERRORS:
             # The worker thread's connection checks itself and reconnects on its next use.
             log.warning("smtp auth deferred: database unavailable")
             return AuthResult(
@@ -156,7 +155,7 @@ class SubmissionHandler:
         if account.is_sandbox:
             try:
                 allowed = await asyncio.to_thread(self._verified, account, recipient)
-            except (peewee.OperationalError, peewee.InterfaceError):
+            except UNAVAILABLE_ERRORS:
                 return "451 4.3.0 Temporary failure checking the recipient; try again later"
             if not allowed:
                 return f"550 5.7.1 <{recipient}> not an authorized recipient"

@@ -1,10 +1,10 @@
-"""Server-rendered pages: the sandbox consent page (and, later, the console)."""
+"""Server-rendered pages: the console, the sandbox consent page, and the tracking links."""
 
 from __future__ import annotations
 
 import flask
 
-from layang.web import consent_page, console, tracked_links
+from layang.web import consent_page, console, error_pages, tracked_links
 
 web = flask.Blueprint(
     "web",
@@ -16,6 +16,7 @@ web = flask.Blueprint(
 consent_page.register(web)
 tracked_links.register(web)
 console.register(web)
+error_pages.register(web)
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 
 import flask
-from flask import render_template, request
+from flask import render_template, request, url_for
 
 from layang.domain.errors import NotFound
 from layang.domain.sandbox import find_consent_request, give_consent
-from layang.web.csrf import csrf_token, csrf_valid
+from layang.web.csrf import FormExpired, csrf_token, csrf_valid
 
 
 def _binding(token: str) -> str:
@@ -38,7 +38,7 @@ def show(token: str) -> tuple[str, int] | str:
 
 def accept(token: str) -> tuple[str, int] | str:
     if not csrf_valid(request.form.get("csrf_token"), _binding(token)):
-        return render_template("consent_invalid.html"), 400
+        raise FormExpired(back=url_for("web.consent", token=token))
     try:
         recipient = give_consent(token)
     except NotFound:

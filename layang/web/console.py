@@ -23,6 +23,7 @@ from layang.domain.accounts import authenticate, hash_key
 from layang.domain.errors import LayangError, NotFound
 from layang.models import EVENT_KINDS, Account, ApiKey
 from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
+from layang.web.csrf import FormExpired
 
 PREVIEW_DATA_MAX = 64 * 1024
 
@@ -67,7 +68,15 @@ def csrf_token() -> str:
 def _require_csrf() -> None:
     sent = request.form.get("csrf_token", "")
     if not sent or not hmac.compare_digest(sent, session.get("csrf", "")):
-        flask.abort(400, "The form expired; reload the page and try again.")
+        raise FormExpired(back=_form_page())
+
+
+def _form_page() -> str:
+    """Where a fresh copy of the posted form is: this address when it is a page, else the
+    console's first page."""
+    if "GET" in request.url_rule.methods:
+        return request.full_path.rstrip("?")
+    return url_for("web.console_home")
 
 
 def _safe_next(target: str | None) -> str:

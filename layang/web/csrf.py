@@ -6,8 +6,20 @@ import hmac
 
 from flask import current_app
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+from werkzeug.exceptions import BadRequest
 
 MAX_AGE_SECONDS = 24 * 3600
+
+
+class FormExpired(BadRequest):
+    """A form came back without a valid CSRF token (its page was open too long, or it was
+    forged): 400, answered with a link to ``back``, where a fresh form waits."""
+
+    description = "The form expired; reload the page and try again."
+
+    def __init__(self, back: str) -> None:
+        super().__init__()
+        self.back = back
 
 
 def _serializer() -> URLSafeTimedSerializer:

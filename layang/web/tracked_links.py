@@ -6,9 +6,9 @@ import base64
 
 import flask
 from flask import current_app, request
+from werkzeug.exceptions import NotFound
 
 from layang.domain.engagement import record_engagement
-from layang.domain.errors import NotFound
 from layang.models import CLICK, OPEN
 from layang.sending.tracking import InvalidToken, Tracker
 
@@ -29,7 +29,7 @@ def opened(token: str) -> flask.Response:
         recipient_id, _ = _tracker().read(token, "o")
         record_engagement(recipient_id, OPEN, {"userAgent": _user_agent()})
     except InvalidToken:
-        raise NotFound("Unknown tracking link.") from None
+        raise NotFound() from None
     response = flask.Response(PIXEL, mimetype="image/gif")
     response.headers["Cache-Control"] = "no-store, no-cache, must-revalidate, max-age=0"
     return response
@@ -40,7 +40,7 @@ def clicked(token: str) -> flask.Response:
         recipient_id, url = _tracker().read(token, "c")
         record_engagement(recipient_id, CLICK, {"url": url, "userAgent": _user_agent()})
     except InvalidToken:
-        raise NotFound("Unknown tracking link.") from None
+        raise NotFound() from None
     response = flask.redirect(url, code=302)
     response.headers["Cache-Control"] = "no-store"
     response.headers["Referrer-Policy"] = "no-referrer"

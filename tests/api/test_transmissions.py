@@ -264,6 +264,18 @@ def test_error_shape_for_404_405_and_unknown_paths(client, auth):
     assert "POST" in response.headers["Allow"]
 
 
+def test_everything_but_the_pages_keeps_the_error_body(client, auth):
+    # Unknown paths, even ones that look like a page's, and the operations paths.
+    for path in ("/nothing-here", "/consolex", "/console-not", "/consentx", "/t/x/y", "/v1/nope"):
+        assert_error(client.get(path, headers=auth), 404, "not_found")
+    for path in ("/healthz", "/openapi.json", "/metrics"):
+        response = client.post(path)
+        assert_error(response, 405, "method_not_allowed")
+        assert "GET" in response.headers["Allow"]
+    response = client.get("/v1/layang/templates/nowhere", headers=auth)
+    assert_error(response, 404, "not_found")
+
+
 def test_internal_error_has_the_shape_and_no_trace(config):
     from layang.app import create_app
 

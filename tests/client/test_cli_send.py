@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from layang.cli import main
 from layang.cli_send import default_base_url
+from layang.config import Config
 from tests.client.conftest import delivered_to
 from tests.conftest import drain
 
@@ -86,10 +87,36 @@ def test_errors(layang):
     assert bad_data.exit_code == 2 and "JSON object" in bad_data.stderr
 
 
-def test_default_base_url(monkeypatch):
-    monkeypatch.delenv("LAYANG_HTTP_BIND", raising=False)
-    assert default_base_url() == "http://127.0.0.1:8000"
-    monkeypatch.setenv("LAYANG_HTTP_BIND", "0.0.0.0:9000")
-    assert default_base_url() == "http://127.0.0.1:9000"
-    monkeypatch.setenv("LAYANG_HTTP_BIND", "[::1]:9001")
-    assert default_base_url() == "http://[::1]:9001"
+def test_default_base_url():
+    def base_url(bind: str) -> str:
+        return default_base_url(Config(secret_key="k", http_bind=bind))
+
+    assert default_base_url(Config(secret_key="k")) == "http://127.0.0.1:8000"
+    assert base_url("0.0.0.0:9000") == "http://127.0.0.1:9000"
+    assert base_url("[::1]:9001") == "http://[::1]:9001"
+
+
+def test_without_base_url_send_goes_to_the_http_bind_of_the_env_file(
+    live_server, api_key, sdk, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"LAYANG_HTTP_BIND={live_server.removeprefix('http://')}\n")
+    result = CliRunner().invoke(
+        main,
+        ["send", "--from", "a@x.example", "--to", "b@x.example", "--subject", "s", "--text", "t"],
+        env={"LAYANG_API_KEY": api_key, "LAYANG_BASE_URL": None, "LAYANG_HTTP_BIND": None},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    transmission_id = json.loads(result.stdout)["transmissionId"]
+    assert sdk.transmissions.get(transmission_id)["subject"] == "s"
+
+
+def test_a_bad_http_bind_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        main,
+        ["send", "--key", "lyg_x", "--from", "a@x.example", "--to", "b@x.example", "--text", "t"],
+        env={"LAYANG_BASE_URL": None, "LAYANG_HTTP_BIND": "nowhere"},
+    )
+    assert result.exit_code == 2 and "LAYANG_HTTP_BIND must look like host:port" in result.stderr

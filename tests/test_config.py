@@ -1,0 +1,144 @@
+"""Configuration: each setting's variable, parser and default written once, and the secret key
+resolved once, when the configuration is built."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from layang.config import Config, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The defaults README.md and CONTRACT.md document.
+DOCUMENTED = {
+    "data_dir": Path("var"),
+    "database_url": "sqlite:///var/layang.db",
+    "relay_url": "capture:var/outbox",
+    "http_bind": "127.0.0.1:8000",
+    "smtp_bind": "127.0.0.1:2587",
+    "public_url": "http://127.0.0.1:8000",
+    "smtp_tls_cert": "",
+    "smtp_tls_key": "",
+    "sandbox_sender": "sandbox@sandbox.layang.test",
+    "retry_base_seconds": 60,
+    "max_delivery_seconds": 259200,
+    "lease_seconds": 60,
+    "max_message_bytes": 26214400,
+    "http_workers": 2 * (os.cpu_count() or 1) + 1,
+    "worker_batch_size": 50,
+    "worker_poll_seconds": 0.5,
+    "log_level": "INFO",
+    "log_format": "text",
+    "worker_metrics_bind": "",
+}
+
+
+@pytest.fixture
+def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory without a .env file or a data dir."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_defaults_are_the_documented_ones_and_from_env_agrees(empty_dir):
+    built = Config.from_env({}, dotenv=False)
+    constructed = Config(secret_key=built.secret_key)
+    assert built == constructed
+    for name, value in DOCUMENTED.items():
+        assert getattr(built, name) == value, name
+    assert set(DOCUMENTED) | {"secret_key"} == {setting.name for setting in fields(Config)}
+
+
+def test_every_setting_reads_its_documented_variable(empty_dir):
+    readme = (ROOT / "README.md").read_text()
+    documented = set(re.findall(r"^\| `(LAYANG_[A-Z_]+)`", readme, re.M))
+    documented |= set(re.findall(r"^\| `LAYANG_[A-Z_]+`, `(LAYANG_[A-Z_]+)`", readme, re.M))
+    variables = {setting.metadata["variable"] for setting in fields(Config)}
+    assert variables == documented
+
+    environ = {
+        "LAYANG_DATA_DIR": str(empty_dir / "data"),
+        "LAYANG_DATABASE_URL": "postgresql://db.internal/layang",
+        "LAYANG_RELAY_URL": "smtp://relay.internal:25",
+        "LAYANG_HTTP_BIND": "0.0.0.0:8080",
+        "LAYANG_SMTP_BIND": "0.0.0.0:587",
+        "LAYANG_PUBLIC_URL": "https://mail.example.com/",
+        "LAYANG_SECRET_KEY": "from-the-environment",
+        "LAYANG_SMTP_TLS_CERT": "/etc/cert.pem",
+        "LAYANG_SMTP_TLS_KEY": "/etc/key.pem",
+        "LAYANG_SANDBOX_SENDER": "trial@example.com",
+        "LAYANG_RETRY_BASE_SECONDS": "5",
+        "LAYANG_MAX_DELIVERY_SECONDS": "3600",
+        "LAYANG_LEASE_SECONDS": "30",
+        "LAYANG_MAX_MESSAGE_BYTES": "1000",
+        "LAYANG_HTTP_WORKERS": "7",
+        "LAYANG_WORKER_POLL_SECONDS": "2",
+        "LAYANG_WORKER_BATCH_SIZE": "10",
+        "LAYANG_LOG_LEVEL": "debug",
+        "LAYANG_LOG_FORMAT": "JSON",
+        "LAYANG_WORKER_METRICS_BIND": "127.0.0.1:9101",
+    }
+    config = Config.from_env(environ, dotenv=False)
+    defaults = Config(secret_key="x")
+    for setting in fields(Config):
+        assert getattr(config, setting.name) != getattr(defaults, setting.name), setting.name
+    assert config.public_url == "https://mail.example.com"
+    assert (config.log_level, config.log_format) == ("DEBUG", "json")
+    assert not (empty_dir / "data").exists()  # a key from the environment writes nothing
+
+
+def test_derived_defaults_follow_the_data_dir_and_the_bind(empty_dir):
+    environ = {"LAYANG_DATA_DIR": "/srv/layang", "LAYANG_HTTP_BIND": "10.0.0.5:80"}
+    config = Config.from_env(environ | {"LAYANG_SECRET_KEY": "k"}, dotenv=False)
+    assert config.database_url == "sqlite:////srv/layang/layang.db"
+    assert config.relay_url == "capture:/srv/layang/outbox"
+    assert config.public_url == "http://10.0.0.5:80"
+
+
+def test_the_env_file_is_read_and_the_environment_wins(empty_dir):
+    (empty_dir / ".env").write_text("LAYANG_HTTP_BIND=127.0.0.1:9000\nLAYANG_LEASE_SECONDS=9\n")
+    config = Config.from_env({"LAYANG_LEASE_SECONDS": "11", "LAYANG_SECRET_KEY": "k"})
+    assert (config.http_bind, config.lease_seconds) == ("127.0.0.1:9000", 11)
+
+
+def test_the_secret_key_is_generated_once_into_the_data_dir_and_reused(empty_dir):
+    environ = {"LAYANG_DATA_DIR": str(empty_dir / "data")}
+    first = Config.from_env(environ, dotenv=False)
+    stored = empty_dir / "data" / "secret_key"
+    assert stored.read_text() == first.secret_key and len(first.secret_key) >= 64
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert Config.from_env(environ, dotenv=False).secret_key == first.secret_key
+    assert sorted(p.name for p in stored.parent.iterdir()) == ["secret_key"]
+    # The variable, when set, wins over the stored key.
+    overridden = Config.from_env(environ | {"LAYANG_SECRET_KEY": "shared"}, dotenv=False)
+    assert overridden.secret_key == "shared"
+
+
+def test_a_config_always_has_a_secret_key():
+    with pytest.raises(TypeError, match="secret_key"):
+        Config()
+    with pytest.raises(ConfigError, match="LAYANG_SECRET_KEY"):
+        Config(secret_key="")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LAYANG_HTTP_BIND", "8000", "must look like host:port"),
+        ("LAYANG_SMTP_BIND", "host:", "must look like host:port"),
+        ("LAYANG_WORKER_METRICS_BIND", "nowhere", "must look like host:port"),
+        ("LAYANG_LEASE_SECONDS", "soon", "must be a number of seconds"),
+        ("LAYANG_RETRY_BASE_SECONDS", "-1", "must be positive"),
+        ("LAYANG_HTTP_WORKERS", "2.5", "must be a whole number"),
+        ("LAYANG_LOG_FORMAT", "xml", "must be one of text, json"),
+    ],
+)
+def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):
+    with pytest.raises(ConfigError, match=f"^{variable} {message}"):
+        Config.from_env({variable: value, "LAYANG_SECRET_KEY": "k"}, dotenv=False)
