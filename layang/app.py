@@ -16,11 +16,10 @@ from layang.db import (
     error_summary,
     is_postgresql,
     open_database,
-    upgrade,
 )
 from layang.logs import configure_logging
 from layang.metrics import render_app_metrics
-from layang.models import MIGRATIONS
+from layang.migrations import upgrade
 from layang.web import init_web
 
 log = logging.getLogger("layang.app")
@@ -39,7 +38,7 @@ def init_db(config: Config) -> bool:
     """
     open_database(config.database_url)
     try:
-        upgrade(MIGRATIONS)
+        upgrade()
     except UNAVAILABLE_ERRORS as error:
         if not is_postgresql():
             raise
@@ -82,7 +81,7 @@ def upgrade_when_back() -> None:
     app = flask.current_app
     if app.extensions.get("layang_schema_pending"):
         try:
-            upgrade(MIGRATIONS)
+            upgrade()
         except UNAVAILABLE_ERRORS:
             if flask.request.endpoint == METRICS_ENDPOINT:
                 return

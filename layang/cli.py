@@ -12,11 +12,12 @@ import click
 from layang.cli_send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError
-from layang.db import open_database, upgrade
+from layang.db import open_database
 from layang.domain import accounts
 from layang.domain.errors import LayangError
 from layang.logs import configure_logging
-from layang.models import MIGRATIONS, Account
+from layang.migrations import upgrade
+from layang.models import Account
 
 
 def load_config() -> Config:
@@ -36,7 +37,7 @@ def load_service_config() -> Config:
 
 def open_db(config: Config) -> None:
     open_database(config.database_url)
-    upgrade(MIGRATIONS)
+    upgrade()
 
 
 def emit(value: Any) -> None:
@@ -110,7 +111,7 @@ def db_upgrade() -> None:
     """Create or migrate the schema (idempotent)."""
     config = load_config()
     open_database(config.database_url)
-    applied = upgrade(MIGRATIONS)
+    applied = upgrade()
     emit({"applied": applied})
 
 
