@@ -16,7 +16,7 @@ from layang.db import open_database
 from layang.domain import accounts
 from layang.domain.errors import LayangError
 from layang.logs import configure_logging
-from layang.migrations import upgrade
+from layang.migrations import upgrade, upgrade_once
 from layang.models import Account
 
 
@@ -36,8 +36,9 @@ def load_service_config() -> Config:
 
 
 def open_db(config: Config) -> None:
+    """Open the database with its schema up to date, upgrading it if needed."""
     open_database(config.database_url)
-    upgrade()
+    upgrade_once(config.database_url)
 
 
 def emit(value: Any) -> None:
@@ -73,7 +74,7 @@ def serve() -> None:
     from layang.serving import serve_gunicorn
 
     config = load_service_config()
-    open_db(config)
+    # The gunicorn master upgrades the schema once, before its workers start.
     serve_gunicorn(config)
 
 

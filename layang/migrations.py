@@ -223,3 +223,22 @@ def _lock_schema() -> None:
     # serialises them.
     if is_postgresql():
         database.execute_sql("SELECT pg_advisory_xact_lock(7411)")
+
+
+# Database URLs whose schema this process, or the gunicorn master it was forked from, has
+# already brought up to date.
+_up_to_date: set[str] = set()
+
+
+def upgrade_once(url: str) -> list[int]:
+    """``upgrade()`` the database at ``url`` (already opened) unless this process already did.
+
+    A forked child inherits the record, so the gunicorn workers of a master that upgraded (see
+    ``layang.serving``) only open the database. A process that finds the database unreachable
+    records nothing and tries again on its next call. Raises as ``upgrade()`` does.
+    """
+    if url in _up_to_date:
+        return []
+    applied = upgrade()
+    _up_to_date.add(url)
+    return applied

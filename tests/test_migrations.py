@@ -1,17 +1,20 @@
 """The migrations: an old database upgrades to the schema a fresh one gets, which is the schema the
-models describe; each migration runs once however many processes start together."""
+models describe; each migration runs once however many processes start together, and a
+server's workers leave it to their master."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import signal
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from layang.db import database, open_database
@@ -19,7 +22,7 @@ from layang.migrations import MIGRATIONS, SchemaVersion, upgrade
 from layang.models import MODELS, Account
 from tests.conftest import BACKENDS
 from tests.postgres.server import ADMIN_URL, query, with_database
-from tests.sending.test_crash import ROOT
+from tests.sending.test_crash import ROOT, _healthy, free_port, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 
@@ -184,3 +187,70 @@ def test_processes_upgrading_at_once_apply_each_migration_once(empty_database, t
     assert sorted(applied) == LATEST
     open_database(url)
     assert SchemaVersion.select().count() == len(LATEST)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "layang", "serve"],
+        ["-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+    ],
+    ids=["layang-serve", "gunicorn-conf"],
+)
+def test_serve_upgrades_once_in_the_master_not_in_each_worker(empty_database, tmp_path, command):
+    port = free_port()
+    env = process_env(
+        tmp_path, empty_database(), LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=3
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, *command], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_until(
+            lambda: _healthy(port) and log_path.read_text().count("Booting worker") == 3,
+            30,
+            log_path.read_text(),
+        )
+    finally:
+        # A worker still loading the app finishes doing so (and logging) before it exits.
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    text = log_path.read_text()
+    assert text.count("schema up to date") == 1, text
+    assert text.count("schema migration") == len(LATEST), text
+    assert "Traceback" not in text
+
+
+def test_serve_starts_and_answers_503_while_postgresql_is_unreachable(backend, tmp_path):
+    if backend != "postgresql":
+        pytest.skip("about a PostgreSQL server that cannot be reached")
+    port = free_port()
+    nothing_listens = f"postgresql://layang@127.0.0.1:{free_port()}/layang"
+    env = process_env(
+        tmp_path, nothing_listens, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "layang", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _status(port) == 503, 30, log_path.read_text())
+        assert server.poll() is None
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert "database unavailable at start" in log_path.read_text()
+
+
+def _status(port: int) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
