@@ -1,4 +1,5 @@
-"""gunicorn -c gunicorn.conf.py wsgi:app — the same settings and fork hooks as ``layang serve``."""
+"""gunicorn -c gunicorn.conf.py wsgi:app — the same settings and hooks as ``layang serve``: the
+schema is upgraded once, in the master, and the workers only open the database."""
 
 from layang.config import Config
 from layang.serving import gunicorn_settings

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
-from layang.db import open_database, upgrade  # noqa: E402
-from layang.models import MIGRATIONS, Recipient  # noqa: E402
+from layang.db import open_database  # noqa: E402
+from layang.migrations import upgrade  # noqa: E402
+from layang.models import Recipient  # noqa: E402
 from layang.sending.compose import compose_message  # noqa: E402
 from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
 
@@ -134,7 +135,7 @@ def main() -> None:
         env["LAYANG_DATABASE_URL"] = args.database_url
     config = Config.from_env(env, dotenv=False)
     open_database(config.database_url)
-    upgrade(MIGRATIONS)
+    upgrade()
     fill(config, args.messages)
 
     sink = start_sink(port)

@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.relay import fill, free_port, raw_rate, start_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
-from layang.db import database, open_database, upgrade  # noqa: E402
-from layang.models import MIGRATIONS, Recipient  # noqa: E402
+from layang.db import database, open_database  # noqa: E402
+from layang.migrations import upgrade  # noqa: E402
+from layang.models import Recipient  # noqa: E402
 
 TABLES = ("event", "recipient", "transmission", "api_key", "account")
 
@@ -159,7 +160,7 @@ def main() -> None:
     )
     config = Config.from_env(env, dotenv=False)
     open_database(config.database_url)
-    upgrade(MIGRATIONS)
+    upgrade()
 
     sink, sink_name = start_any_sink(port, args.sink)
     raws: list[float] = []

@@ -16,11 +16,10 @@ from layang.db import (
     error_summary,
     is_postgresql,
     open_database,
-    upgrade,
 )
 from layang.logs import configure_logging
 from layang.metrics import render_app_metrics
-from layang.models import MIGRATIONS
+from layang.migrations import upgrade, upgrade_once
 from layang.web import init_web
 
 log = logging.getLogger("layang.app")
@@ -31,7 +30,8 @@ METRICS_ENDPOINT = "metrics"
 
 
 def init_db(config: Config) -> bool:
-    """Open the configured database and bring its schema up to date.
+    """Open the configured database and bring its schema up to date, unless this process (or
+    the gunicorn master it was forked from, see ``layang.serving``) already did.
 
     Returns False when a PostgreSQL server could not be reached: the process still starts (a
     gunicorn worker that fails to boot takes the whole server down), answers 503 meanwhile, and
@@ -39,7 +39,7 @@ def init_db(config: Config) -> bool:
     """
     open_database(config.database_url)
     try:
-        upgrade(MIGRATIONS)
+        upgrade_once(config.database_url)
     except UNAVAILABLE_ERRORS as error:
         if not is_postgresql():
             raise
@@ -82,7 +82,7 @@ def upgrade_when_back() -> None:
     app = flask.current_app
     if app.extensions.get("layang_schema_pending"):
         try:
-            upgrade(MIGRATIONS)
+            upgrade()
         except UNAVAILABLE_ERRORS:
             if flask.request.endpoint == METRICS_ENDPOINT:
                 return

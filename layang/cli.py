@@ -12,11 +12,12 @@ import click
 from layang.cli_send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError
-from layang.db import open_database, upgrade
+from layang.db import open_database
 from layang.domain import accounts
 from layang.domain.errors import LayangError
 from layang.logs import configure_logging
-from layang.models import MIGRATIONS, Account
+from layang.migrations import upgrade, upgrade_once
+from layang.models import Account
 
 
 def load_config() -> Config:
@@ -35,8 +36,9 @@ def load_service_config() -> Config:
 
 
 def open_db(config: Config) -> None:
+    """Open the database with its schema up to date, upgrading it if needed."""
     open_database(config.database_url)
-    upgrade(MIGRATIONS)
+    upgrade_once(config.database_url)
 
 
 def emit(value: Any) -> None:
@@ -72,7 +74,7 @@ def serve() -> None:
     from layang.serving import serve_gunicorn
 
     config = load_service_config()
-    open_db(config)
+    # The gunicorn master upgrades the schema once, before its workers start.
     serve_gunicorn(config)
 
 
@@ -110,7 +112,7 @@ def db_upgrade() -> None:
     """Create or migrate the schema (idempotent)."""
     config = load_config()
     open_database(config.database_url)
-    applied = upgrade(MIGRATIONS)
+    applied = upgrade()
     emit({"applied": applied})
 
 

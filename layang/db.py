@@ -7,7 +7,7 @@ import logging
 import secrets
 import select
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -260,53 +260,3 @@ def insert_atomically(batches: Sequence[InsertBatch]) -> None:
     with write_transaction():
         for model, fields, rows in batches:
             insert_rows(model, fields, rows)
-
-
-class SchemaVersion(peewee.Model):
-    version = peewee.IntegerField(primary_key=True)
-    applied_at = peewee.BigIntegerField()
-
-    class Meta:
-        database = database
-        table_name = "schema_version"
-
-
-Migration = Callable[[peewee.Database], None]
-
-
-def upgrade(migrations: Iterable[tuple[int, str, Migration]]) -> list[int]:
-    """Apply every migration newer than the stored schema version, each in its own transaction.
-
-    Safe to run concurrently from several processes and idempotent; returns the versions applied.
-    """
-    db = database.obj
-    db.connect(reuse_if_open=True)
-    with write_transaction():
-        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on PostgreSQL's catalog, when
-        # several processes start at once on an empty database.
-        _lock_schema()
-        SchemaVersion.create_table(safe=True)
-    applied = []
-    for version, _name, migrate in sorted(migrations, key=lambda m: m[0]):
-        with write_transaction():
-            _lock_schema()
-            if SchemaVersion.get_or_none(SchemaVersion.version == version):
-                continue
-            migrate(db)
-            SchemaVersion.create(version=version, applied_at=now_ms())
-            applied.append(version)
-    return applied
-
-
-def _lock_schema() -> None:
-    # Migrations wait for each other across processes; SQLite's IMMEDIATE transaction already
-    # serialises them.
-    if is_postgresql():
-        database.execute_sql("SELECT pg_advisory_xact_lock(7411)")
-
-
-def current_version() -> int:
-    """The newest applied schema version, 0 for an empty database."""
-    if not SchemaVersion.table_exists():
-        return 0
-    return SchemaVersion.select(peewee.fn.MAX(SchemaVersion.version)).scalar() or 0

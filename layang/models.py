@@ -105,16 +105,8 @@ class Event(BaseModel):
     detail = peewee.TextField(default="{}")
 
 
+# The tables themselves are made by layang.migrations, whose result must match these models.
 MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event]
-
-
-# Each migration names the tables it creates, so that later ones can add tables and columns
-# without an earlier one already having made them on a fresh database.
-def _initial_schema(db: peewee.Database) -> None:
-    db.create_tables([Account, ApiKey, Transmission, Recipient, Event])
-
-
-MIGRATIONS = [(1, "initial schema", _initial_schema)]
 
 
 UNVERIFIED = "unverified"
@@ -142,20 +134,10 @@ class AuthorizedRecipient(BaseModel):
         indexes = ((("account", "email_key"), True),)
 
 
-def _authorized_recipients(db: peewee.Database) -> None:
-    db.create_tables([AuthorizedRecipient])
-
-
 MODELS.append(AuthorizedRecipient)
-MIGRATIONS.append((2, "sandbox authorized recipients", _authorized_recipients))
-
-
-def _templates(db: peewee.Database) -> None:
-    db.create_tables(templates_store.MODELS)
 
 
 # The template store's tables live in the same database as everything else.
 for _model in templates_store.MODELS:
     _model.bind(database)
 MODELS.extend(templates_store.MODELS)
-MIGRATIONS.append((3, "templates", _templates))

@@ -17,10 +17,31 @@ from layang.config import Config
 log = logging.getLogger("layang.serving")
 
 
+def upgrade_schema_hook(config: Config) -> Callable[[Any], None]:
+    """gunicorn's ``on_starting`` hook: upgrade the schema once, in the master, before any fork.
+
+    The workers inherit the record that it was done (``layang.migrations.upgrade_once``), so each
+    only opens the database. If PostgreSQL cannot be reached yet, the master starts anyway and
+    each worker upgrades before its first request that finds the database back (``init_db``).
+    """
+
+    def on_starting(server: Any) -> None:
+        from layang.app import init_db
+        from layang.db import close_before_fork
+        from layang.logs import configure_logging
+
+        configure_logging(config)
+        close_before_fork()  # with preload_app, create_app has already opened one here
+        init_db(config)
+        close_before_fork()
+
+    return on_starting
+
+
 def pre_fork(server: Any, worker: Any) -> None:
     """gunicorn hook, in the master before each fork: a child must not inherit its connection.
 
-    Without ``preload_app`` the master never opens one; with it, ``create_app`` ran here.
+    The master opens one for the schema upgrade, and with ``preload_app`` for ``create_app``.
     """
     from layang.db import close_before_fork
 
@@ -37,6 +58,7 @@ def post_fork(server: Any, worker: Any) -> None:
 def gunicorn_settings(config: Config) -> dict[str, Any]:
     """Settings shared by ``layang serve`` and ``gunicorn -c gunicorn.conf.py wsgi:app``."""
     return {
+        "on_starting": upgrade_schema_hook(config),
         "pre_fork": pre_fork,
         "post_fork": post_fork,
         "bind": config.http_bind,
@@ -57,10 +79,6 @@ def serve_gunicorn(config: Config) -> None:
     from gunicorn.app.base import BaseApplication
 
     from layang.app import create_app
-    from layang.db import close_before_fork
-
-    # The command opened the database to upgrade the schema; the workers open their own.
-    close_before_fork()
 
     class Application(BaseApplication):
         def load_config(self) -> None:

@@ -1,0 +1,244 @@
+"""The schema's history: every change to the tables, in order, each stated in its own DDL.
+
+A migration is frozen once released: it says exactly what it did on the day it was written and
+never refers to the live models, so a database left at any version upgrades to the same schema
+as a fresh one. To change the schema, append a function returning its statements (new tables,
+``ALTER TABLE … ADD COLUMN``, indexes) and a ``Migration`` with the next version number to
+``MIGRATIONS``, change the models to match, and let ``tests/test_migrations.py`` compare the two.
+
+Statements are written once for both backends; the column types that differ come from the
+``Dialect`` they are given. A statement containing a literal brace doubles it (f-string).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import peewee
+
+from layang.clock import now_ms
+from layang.db import database, is_postgresql, write_transaction
+
+log = logging.getLogger("layang.migrations")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The column types that differ between SQLite and PostgreSQL, as peewee spells them."""
+
+    autoincrement: str  # an integer primary key the database numbers itself
+    bigint: str
+    blob: str
+
+
+SQLITE = Dialect(autoincrement="INTEGER", bigint="INTEGER", blob="BLOB")
+POSTGRESQL = Dialect(autoincrement="SERIAL", bigint="BIGINT", blob="BYTEA")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: Callable[[Dialect], list[str]]
+
+
+def _initial_schema(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "account" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "name" VARCHAR(64) NOT NULL,
+            "mode" VARCHAR(16) NOT NULL,
+            "created_at" {t.bigint} NOT NULL)""",
+        'CREATE UNIQUE INDEX "account_name" ON "account" ("name")',
+        f"""CREATE TABLE "api_key" (
+            "id" VARCHAR(32) NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "label" VARCHAR(200) NOT NULL,
+            "prefix" VARCHAR(16) NOT NULL,
+            "secret_hash" VARCHAR(64) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "revoked_at" {t.bigint},
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "api_key_account_id" ON "api_key" ("account_id")',
+        'CREATE UNIQUE INDEX "api_key_secret_hash" ON "api_key" ("secret_hash")',
+        f"""CREATE TABLE "transmission" (
+            "id" VARCHAR(26) NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "source" VARCHAR(8) NOT NULL,
+            "mail_from" VARCHAR(320) NOT NULL,
+            "from_header" TEXT NOT NULL,
+            "subject" TEXT NOT NULL,
+            "message_id" VARCHAR(400) NOT NULL,
+            "metadata" TEXT NOT NULL,
+            "payload" TEXT,
+            "raw" {t.blob},
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "transmission_account_id" ON "transmission" ("account_id")',
+        f"""CREATE TABLE "recipient" (
+            "id" VARCHAR(26) NOT NULL PRIMARY KEY,
+            "transmission_id" VARCHAR(26) NOT NULL,
+            "account_id" INTEGER NOT NULL,
+            "address" VARCHAR(320) NOT NULL,
+            "recipient_type" VARCHAR(3) NOT NULL,
+            "status" VARCHAR(16) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "updated_at" {t.bigint} NOT NULL,
+            "attempts" INTEGER NOT NULL,
+            "next_attempt_at" {t.bigint},
+            "lease_owner" VARCHAR(64),
+            "lease_expires_at" {t.bigint},
+            FOREIGN KEY ("transmission_id") REFERENCES "transmission" ("id") ON DELETE CASCADE,
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "recipient_transmission_id" ON "recipient" ("transmission_id")',
+        'CREATE INDEX "recipient_next_attempt_at" ON "recipient" ("next_attempt_at")',
+        'CREATE INDEX "recipient_account_id_id" ON "recipient" ("account_id", "id")',
+        'CREATE INDEX "recipient_account_id_status_id" '
+        'ON "recipient" ("account_id", "status", "id")',
+        f"""CREATE TABLE "event" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "recipient_id" VARCHAR(26) NOT NULL,
+            "status" VARCHAR(16) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "detail" TEXT NOT NULL,
+            FOREIGN KEY ("recipient_id") REFERENCES "recipient" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "event_recipient_id" ON "event" ("recipient_id")',
+    ]
+
+
+def _authorized_recipients(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "authorized_recipient" (
+            "id" VARCHAR(26) NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "email" VARCHAR(320) NOT NULL,
+            "email_key" VARCHAR(320) NOT NULL,
+            "name" VARCHAR(256),
+            "status" VARCHAR(16) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "verified_at" {t.bigint},
+            "token_hash" VARCHAR(64),
+            "token_expires_at" {t.bigint},
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "authorized_recipient_account_id" ON "authorized_recipient" ("account_id")',
+        'CREATE UNIQUE INDEX "authorized_recipient_token_hash" '
+        'ON "authorized_recipient" ("token_hash")',
+        'CREATE UNIQUE INDEX "authorized_recipient_account_id_email_key" '
+        'ON "authorized_recipient" ("account_id", "email_key")',
+    ]
+
+
+def _templates(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "template" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "template_id" VARCHAR(64) NOT NULL,
+            "name" TEXT NOT NULL,
+            "current_version" INTEGER NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "updated_at" {t.bigint} NOT NULL)""",
+        'CREATE INDEX "template_account_id" ON "template" ("account_id")',
+        'CREATE UNIQUE INDEX "template_account_id_template_id" '
+        'ON "template" ("account_id", "template_id")',
+        f"""CREATE TABLE "template_version" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "template_id" INTEGER NOT NULL,
+            "version" INTEGER NOT NULL,
+            "revision" VARCHAR(32) NOT NULL,
+            "name" TEXT NOT NULL,
+            "subject" TEXT,
+            "source_html" TEXT,
+            "body_html" TEXT,
+            "body_text" TEXT,
+            "shortcodes" TEXT NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            FOREIGN KEY ("template_id") REFERENCES "template" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "template_version_template_id" ON "template_version" ("template_id")',
+        'CREATE UNIQUE INDEX "template_version_revision" ON "template_version" ("revision")',
+        'CREATE UNIQUE INDEX "template_version_template_id_version" '
+        'ON "template_version" ("template_id", "version")',
+    ]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _initial_schema),
+    Migration(2, "sandbox authorized recipients", _authorized_recipients),
+    Migration(3, "templates", _templates),
+)
+
+
+class SchemaVersion(peewee.Model):
+    """One row per applied migration."""
+
+    version = peewee.IntegerField(primary_key=True)
+    applied_at = peewee.BigIntegerField()
+
+    class Meta:
+        database = database
+        table_name = "schema_version"
+
+
+def _schema_version_table(t: Dialect) -> str:
+    return (
+        'CREATE TABLE IF NOT EXISTS "schema_version" '
+        f'("version" INTEGER NOT NULL PRIMARY KEY, "applied_at" {t.bigint} NOT NULL)'
+    )
+
+
+def upgrade(migrations: Sequence[Migration] = MIGRATIONS) -> list[int]:
+    """Apply every migration not yet recorded in ``schema_version``, each in its own transaction.
+
+    Safe to run concurrently from several processes (each migration runs once) and idempotent;
+    returns the versions this call applied. Raises the driver's error if the database cannot be
+    reached, and whatever a failing statement raises (its migration is then rolled back).
+    """
+    dialect = POSTGRESQL if is_postgresql() else SQLITE
+    database.connect(reuse_if_open=True)
+    with write_transaction():
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on PostgreSQL's catalog, when
+        # several processes start at once on an empty database.
+        _lock_schema()
+        database.execute_sql(_schema_version_table(dialect))
+    applied = []
+    for migration in sorted(migrations, key=lambda m: m.version):
+        with write_transaction():
+            _lock_schema()
+            if SchemaVersion.get_or_none(SchemaVersion.version == migration.version):
+                continue
+            for statement in migration.statements(dialect):
+                database.execute_sql(statement)
+            SchemaVersion.create(version=migration.version, applied_at=now_ms())
+        log.info("schema migration %d applied: %s", migration.version, migration.name)
+        applied.append(migration.version)
+    newest = max((m.version for m in migrations), default=0)
+    log.info("schema up to date at version %d", newest)
+    return applied
+
+
+def _lock_schema() -> None:
+    # Migrations wait for each other across processes; SQLite's IMMEDIATE transaction already
+    # serialises them.
+    if is_postgresql():
+        database.execute_sql("SELECT pg_advisory_xact_lock(7411)")
+
+
+# Database URLs whose schema this process, or the gunicorn master it was forked from, has
+# already brought up to date.
+_up_to_date: set[str] = set()
+
+
+def upgrade_once(url: str) -> list[int]:
+    """``upgrade()`` the database at ``url`` (already opened) unless this process already did.
+
+    A forked child inherits the record, so the gunicorn workers of a master that upgraded (see
+    ``layang.serving``) only open the database. A process that finds the database unreachable
+    records nothing and tries again on its next call. Raises as ``upgrade()`` does.
+    """
+    if url in _up_to_date:
+        return []
+    applied = upgrade()
+    _up_to_date.add(url)
+    return applied

@@ -1,0 +1,256 @@
+"""The migrations: an old database upgrades to the schema a fresh one gets, which is the schema the
+models describe; each migration runs once however many processes start together, and a
+server's workers leave it to their master."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from layang.db import database, open_database
+from layang.migrations import MIGRATIONS, SchemaVersion, upgrade
+from layang.models import MODELS, Account
+from tests.conftest import BACKENDS
+from tests.postgres.server import ADMIN_URL, query, with_database
+from tests.sending.test_crash import ROOT, _healthy, free_port, wait_until
+
+pytestmark = pytest.mark.parametrize("backend", BACKENDS)
+
+LATEST = [migration.version for migration in MIGRATIONS]
+
+
+@pytest.fixture
+def empty_database(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], str]]:
+    """Makes URLs of databases nobody has used yet, on the test's backend."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"layang_migrations_{secrets.token_hex(4)}"
+        if backend == "sqlite":
+            return f"sqlite:///{tmp_path / name}.db"
+        request.getfixturevalue("postgres_database")  # skips when there is no server
+        query(ADMIN_URL, f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return with_database(ADMIN_URL, name)
+
+    yield make
+    if database.obj is not None:
+        database.close()
+    for name in made:
+        query(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def describe(url: str) -> dict[str, object]:
+    """Every table's columns, indexes and constraints, as the database itself reports them."""
+    if url.startswith("sqlite:"):
+        return _describe_sqlite(url.split(":///", 1)[1])
+    return _describe_postgresql(url)
+
+
+def _describe_sqlite(path: str) -> dict[str, object]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+        schema: dict[str, object] = {}
+        for table in tables:
+            # (name, type, not null, default, position in the primary key)
+            columns = [row[1:] for row in conn.execute(f'PRAGMA table_info("{table}")')]
+            indexes = {
+                name: (unique, origin, [c[2] for c in conn.execute(f'PRAGMA index_info("{name}")')])
+                for _, name, unique, origin, _ in conn.execute(f'PRAGMA index_list("{table}")')
+            }
+            # (table, from, to, on update, on delete, match)
+            foreign_keys = sorted(
+                row[2:] for row in conn.execute(f'PRAGMA foreign_key_list("{table}")')
+            )
+            schema[table] = {"columns": columns, "indexes": indexes, "foreign_keys": foreign_keys}
+        return schema
+    finally:
+        conn.close()
+
+
+def _describe_postgresql(url: str) -> dict[str, object]:
+    columns = query(
+        url,
+        "SELECT table_name, column_name, data_type, character_maximum_length, is_nullable, "
+        "column_default FROM information_schema.columns WHERE table_schema = current_schema() "
+        "ORDER BY table_name, ordinal_position",
+    )
+    # The definitions PostgreSQL prints back: name, uniqueness, columns, method.
+    indexes = query(
+        url,
+        "SELECT tablename, indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = current_schema() ORDER BY indexname",
+    )
+    # Primary keys, unique constraints and foreign keys with their ON DELETE.
+    constraints = query(
+        url,
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE connamespace = current_schema()::regnamespace ORDER BY conname",
+    )
+    schema: dict[str, dict[str, list[tuple]]] = {}
+    for table, *column in columns:
+        schema.setdefault(table, {}).setdefault("columns", []).append(tuple(column))
+    for table, *index in indexes:
+        schema[table].setdefault("indexes", []).append(tuple(index))
+    for table, *constraint in constraints:
+        schema[table].setdefault("constraints", []).append(tuple(constraint))
+    return schema
+
+
+def test_a_database_left_at_any_version_upgrades_to_the_models_schema(empty_database):
+    fresh = empty_database()
+    open_database(fresh)
+    assert upgrade() == LATEST
+
+    for stopped_at in LATEST[:-1]:
+        old = empty_database()
+        open_database(old)
+        assert upgrade(MIGRATIONS[:stopped_at]) == LATEST[:stopped_at]
+        if stopped_at == 1:
+            Account.create(name="from-version-1")
+        assert upgrade() == LATEST[stopped_at:]
+        assert describe(old) == describe(fresh), f"upgraded from version {stopped_at}"
+        if stopped_at == 1:
+            assert [account.name for account in Account.select()] == ["from-version-1"]
+
+    # What peewee makes of today's models, schema_version included, is what the migrations made.
+    from_models = empty_database()
+    models = [*MODELS, SchemaVersion]
+    db = open_database(from_models)
+    # Bound explicitly: a test elsewhere may have bound the template store's models to its own.
+    with db.bind_ctx(models):
+        db.create_tables(models)
+    assert describe(from_models) == describe(fresh)
+
+
+def test_upgrade_is_idempotent(empty_database):
+    url = empty_database()
+    open_database(url)
+    assert upgrade() == LATEST
+    schema = describe(url)
+    assert upgrade() == []
+    assert describe(url) == schema
+    assert [row.version for row in SchemaVersion.select().order_by(SchemaVersion.version)] == LATEST
+
+
+def process_env(tmp_path: Path, url: str, **extra: object) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env.update(
+        LAYANG_DATA_DIR=str(tmp_path),
+        LAYANG_DATABASE_URL=url,
+        LAYANG_RELAY_URL=f"capture:{tmp_path / 'outbox'}",
+        LAYANG_SECRET_KEY="test-secret-key",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def test_processes_upgrading_at_once_apply_each_migration_once(empty_database, tmp_path):
+    url = empty_database()
+    env = process_env(tmp_path, url)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "layang", "db", "upgrade"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    applied = []
+    for process in processes:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        applied.extend(json.loads(out)["applied"])
+    assert sorted(applied) == LATEST
+    open_database(url)
+    assert SchemaVersion.select().count() == len(LATEST)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "layang", "serve"],
+        ["-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+    ],
+    ids=["layang-serve", "gunicorn-conf"],
+)
+def test_serve_upgrades_once_in_the_master_not_in_each_worker(empty_database, tmp_path, command):
+    port = free_port()
+    env = process_env(
+        tmp_path, empty_database(), LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=3
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, *command], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_until(
+            lambda: _healthy(port) and log_path.read_text().count("Booting worker") == 3,
+            30,
+            log_path.read_text(),
+        )
+    finally:
+        # A worker still loading the app finishes doing so (and logging) before it exits.
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    text = log_path.read_text()
+    assert text.count("schema up to date") == 1, text
+    assert text.count("schema migration") == len(LATEST), text
+    assert "Traceback" not in text
+
+
+def test_serve_starts_and_answers_503_while_postgresql_is_unreachable(backend, tmp_path):
+    if backend != "postgresql":
+        pytest.skip("about a PostgreSQL server that cannot be reached")
+    port = free_port()
+    nothing_listens = f"postgresql://layang@127.0.0.1:{free_port()}/layang"
+    env = process_env(
+        tmp_path, nothing_listens, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "layang", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _status(port) == 503, 30, log_path.read_text())
+        assert server.poll() is None
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert "database unavailable at start" in log_path.read_text()
+
+
+def _status(port: int) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
