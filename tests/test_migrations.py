@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from layang.db import database, open_database
@@ -221,36 +220,3 @@ def test_serve_upgrades_once_in_the_master_not_in_each_worker(empty_database, tm
     assert text.count("schema up to date") == 1, text
     assert text.count("schema migration") == len(LATEST), text
     assert "Traceback" not in text
-
-
-def test_serve_starts_and_answers_503_while_postgresql_is_unreachable(backend, tmp_path):
-    if backend != "postgresql":
-        pytest.skip("about a PostgreSQL server that cannot be reached")
-    port = free_port()
-    nothing_listens = f"postgresql://layang@127.0.0.1:{free_port()}/layang"
-    env = process_env(
-        tmp_path, nothing_listens, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2
-    )
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "layang", "serve"],
-            env=env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until(lambda: _status(port) == 503, 30, log_path.read_text())
-        assert server.poll() is None
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
-    assert "database unavailable at start" in log_path.read_text()
-
-
-def _status(port: int) -> int | None:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
-    except httpx.HTTPError:
-        return None

@@ -4,6 +4,7 @@ the worker's own metrics endpoint and JSON logs."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from tests.sending.test_crash import (
     stop,
     wait_until,
 )
+from tests.test_migrations import process_env as migration_env
 
 
 def layang(env, *args):
@@ -133,3 +135,34 @@ def _get(port: int) -> str:
         return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
     except httpx.HTTPError as error:
         return str(error)
+
+
+def test_serve_starts_and_answers_503_while_postgresql_is_unreachable(tmp_path):
+    port = free_port()
+    nothing_listens = f"postgresql://layang@127.0.0.1:{free_port()}/layang"
+    env = migration_env(
+        tmp_path, nothing_listens, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "layang", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _status(port) == 503, 30, log_path.read_text())
+        assert server.poll() is None
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert "database unavailable at start" in log_path.read_text()
+
+
+def _status(port: int) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
