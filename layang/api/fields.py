@@ -73,3 +73,23 @@ class CompatSchema(ma.Schema):
     @ma.pre_load
     def empty_means_absent(self, data: Any, **kwargs: Any) -> Any:
         return strip_empty(data) if isinstance(data, dict) else data
+
+
+ISO_8601: dict[str, Any] = {"type": "string", "format": "date-time"}
+"""The OpenAPI type of a :class:`Timestamp`: ``Timestamp(metadata=ISO_8601)``."""
+
+
+def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
+    """The schema ``name`` of a listing's body, ``{"items": [...], "nextCursor": ...}``, that
+    dumps a :class:`layang.pagination.Page` of what ``item_schema`` dumps."""
+    return ma.Schema.from_dict(
+        {
+            "items": fields.List(fields.Nested(item_schema)),
+            "next_cursor": fields.String(
+                allow_none=True,
+                data_key="nextCursor",
+                metadata={"description": "The `cursor` of the next page; null on the last page."},
+            ),
+        },
+        name=name,
+    )

@@ -200,8 +200,8 @@ def recipient_action(account: Account, recipient_id: str, action: str) -> Any:
 
 @signed_in
 def templates_page(account: Account) -> Any:
-    records, _ = templates_store.list_templates(account.id, limit=500)
-    return render_template("console/templates.html", templates=records)
+    page = templates_store.list_templates(account.id, limit=500)
+    return render_template("console/templates.html", templates=page.items)
 
 
 def _sample_data(raw: str) -> tuple[dict[str, Any], str | None]:
