@@ -176,9 +176,9 @@ def recipients_page(account: Account) -> Any:
         else:
             flash(f"Verification email sent to {address}.")
         return redirect(url_for("web.console_recipients"))
-    rows, _ = sandbox.list_authorized_recipients(account, limit=500)
+    page = sandbox.list_authorized_recipients(account, limit=500)
     return render_template(
-        "console/recipients.html", recipients=rows, sandbox_sender=config.sandbox_sender
+        "console/recipients.html", recipients=page.items, sandbox_sender=config.sandbox_sender
     )
 
 
