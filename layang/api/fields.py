@@ -79,6 +79,20 @@ ISO_8601: dict[str, Any] = {"type": "string", "format": "date-time"}
 """The OpenAPI type of a :class:`Timestamp`: ``Timestamp(metadata=ISO_8601)``."""
 
 
+class MailboxSchema(ma.Schema):
+    """An address as records show it: ``{"email", "name"}``, with no ``name`` key when there is
+    no name: the wire has always left it out rather than sending null."""
+
+    email = fields.String()
+    name = fields.String(metadata={"description": "Display name, when there is one."})
+
+    @ma.post_dump
+    def drop_missing_name(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if data.get("name") is None:
+            data.pop("name", None)
+        return data
+
+
 def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
     """The schema ``name`` of a listing's body, ``{"items": [...], "nextCursor": ...}``, that
     dumps a :class:`layang.pagination.Page` of what ``item_schema`` dumps."""

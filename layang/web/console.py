@@ -126,7 +126,7 @@ def activity_page(account: Account) -> Any:
         "since": request.args.get("since", ""),
         "until": request.args.get("until", ""),
     }
-    items, next_cursor = records.list_activity(
+    page = records.list_activity(
         account,
         status=status or None,
         recipient=filters["recipient"] or None,
@@ -137,13 +137,15 @@ def activity_page(account: Account) -> Any:
         cursor=request.args.get("cursor") or None,
     )
     next_url = None
-    if next_cursor:
+    if page.next_cursor:
         next_url = url_for(
-            "web.console_activity", **{k: v for k, v in filters.items() if v}, cursor=next_cursor
+            "web.console_activity",
+            **{k: v for k, v in filters.items() if v},
+            cursor=page.next_cursor,
         )
     return render_template(
         "console/activity.html",
-        items=items,
+        items=page.items,
         filters=filters,
         statuses=EVENT_KINDS,
         next_url=next_url,
@@ -302,3 +304,4 @@ def register(blueprint: flask.Blueprint) -> None:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
+    blueprint.add_app_template_filter(iso_ms, "iso")
