@@ -16,7 +16,8 @@ from typing import Any, Final
 
 import peewee
 
-from layang.clock import iso_ms, now_ms
+from layang.clock import now_ms
+from layang.pagination import Page, keyset_page
 from templates_store.css import inline_css
 from templates_store.errors import (
     InvalidTemplate,
@@ -61,7 +62,8 @@ def generate_template_id() -> str:
 @dataclass(frozen=True, slots=True)
 class TemplateRecord:
     """A template as the API shows it: its current version, with the HTML as the client sent
-    it (the CSS-inlined copy that is sent is in :class:`TemplateVersionRecord`)."""
+    it (the CSS-inlined copy that is sent is in :class:`TemplateVersionRecord`). Timestamps
+    are epoch milliseconds."""
 
     id: str
     name: str
@@ -77,20 +79,6 @@ class TemplateRecord:
     def etag(self) -> str:
         """Strong entity tag of this version, e.g. ``"welcome-v3"`` (quotes included)."""
         return f'"{self.id}-v{self.version}"'
-
-    def to_dict(self) -> dict[str, Any]:
-        """The contract's JSON representation (camelCase keys, ISO 8601 UTC timestamps)."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "subject": self.subject,
-            "bodyHtml": self.body_html,
-            "bodyText": self.body_text,
-            "version": self.version,
-            "shortcodes": list(self.shortcodes),
-            "createdAt": iso_ms(self.created_at),
-            "updatedAt": iso_ms(self.updated_at),
-        }
 
 
 def version_from_etag(etag: str, template_id: str) -> int | None:
@@ -292,29 +280,31 @@ def get_template(account_id: int, template_id: str) -> TemplateRecord:
 
 def list_templates(
     account_id: int, *, limit: int = 50, after: str | None = None
-) -> tuple[list[TemplateRecord], str | None]:
+) -> Page[TemplateRecord]:
     """Templates of the account ordered by id, at most ``limit`` of them, starting after the id
-    ``after``. Returns the page and the cursor of the next page (``None`` on the last page).
+    ``after``; the page's ``next_cursor`` is ``None`` on the last page.
 
     Raises ``ValueError`` when ``limit`` is not between 1 and :data:`MAX_LIST_LIMIT`.
     """
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-    condition = (Template.account_id == account_id) & (
-        TemplateVersion.version == Template.current_version
-    )
-    if after is not None:
-        condition &= Template.template_id > after
-    rows = list(
+    query = (
         TemplateVersion.select(TemplateVersion, Template)
         .join(Template)
-        .where(condition)
-        .order_by(Template.template_id)
-        .limit(limit + 1)
+        .where(
+            (Template.account_id == account_id)
+            & (TemplateVersion.version == Template.current_version)
+        )
     )
-    page = [_template_record(row.template, row) for row in rows[:limit]]
-    cursor = page[-1].id if len(rows) > limit else None
-    return page, cursor
+    page = keyset_page(
+        query,
+        Template.template_id,
+        limit=limit,
+        cursor=after,
+        descending=False,
+        key_of=lambda row: row.template.template_id,
+    )
+    return page.map(lambda row: _template_record(row.template, row))
 
 
 def update_template(

@@ -11,34 +11,50 @@ from flask.views import MethodView
 from marshmallow import fields, validate
 
 from layang.api import Blueprint
-from layang.api.fields import AddressOutSchema, CursorQuerySchema
-from layang.domain.records import list_activity
+from layang.api.fields import (
+    ISO_8601,
+    CursorQuerySchema,
+    MailboxSchema,
+    Timestamp,
+    page_schema,
+)
+from layang.domain.records import ActivityRecord, list_activity
 from layang.models import EVENT_KINDS
+from layang.pagination import Page
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")
 
 
 class EventSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.records.ActivityEvent`."""
+
     status = fields.String(metadata={"description": f"One of {', '.join(EVENT_KINDS)}."})
-    timestamp = fields.String(metadata={"description": "ISO 8601 UTC."})
+    timestamp = Timestamp(attribute="timestamp_ms", metadata=ISO_8601)
     detail = fields.Dict(
         metadata={"description": "The upstream SMTP reply, the clicked URL, the user agent."}
     )
 
 
 class ActivityRecordSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.records.ActivityRecord`."""
+
     id = fields.String()
-    transmissionId = fields.String()
-    messageId = fields.String()
+    transmission_id = fields.String(data_key="transmissionId")
+    message_id = fields.String(data_key="messageId")
     recipient = fields.String()
-    recipientType = fields.String(metadata={"description": "to, cc or bcc."})
-    from_ = fields.Nested(AddressOutSchema, data_key="from", attribute="from")
+    recipient_type = fields.String(
+        data_key="recipientType", metadata={"description": "to, cc or bcc."}
+    )
+    sender = fields.Nested(MailboxSchema, data_key="from")
     subject = fields.String()
     status = fields.String(metadata={"description": "Injection, Delay, Delivery or Bounce."})
-    createdAt = fields.String()
-    updatedAt = fields.String()
-    metadata = fields.Dict(keys=fields.String(), values=fields.String())
-    events = fields.List(fields.Nested(EventSchema))
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+    updated_at = Timestamp(data_key="updatedAt", metadata=ISO_8601)
+    metadata = fields.Dict(
+        keys=fields.String(),
+        metadata={"description": "The message's metadata, as sent: any JSON values."},
+    )
+    events = fields.List(fields.Nested(EventSchema), metadata={"description": "Oldest first."})
 
 
 class ActivityQuerySchema(CursorQuerySchema):
@@ -49,9 +65,7 @@ class ActivityQuerySchema(CursorQuerySchema):
     until = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
 
 
-class ActivityPageSchema(ma.Schema):
-    items = fields.List(fields.Nested(ActivityRecordSchema))
-    nextCursor = fields.String(allow_none=True)
+ActivityPageSchema = page_schema(ActivityRecordSchema, "ActivityPageSchema")
 
 
 def _epoch_ms(value: Any) -> int | None:
@@ -62,12 +76,12 @@ def _epoch_ms(value: Any) -> int | None:
 class Activity(MethodView):
     @blp.arguments(ActivityQuerySchema(), location="query")
     @blp.response(200, ActivityPageSchema)
-    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+    def get(self, query: dict[str, Any]) -> Page[ActivityRecord]:
         """List activity records, newest first
 
         Follow `nextCursor` (pass it as `cursor`) for the next page; it is null on the last.
         """
-        items, next_cursor = list_activity(
+        return list_activity(
             g.account,
             status=query.get("status"),
             recipient=query.get("recipient"),
@@ -77,4 +91,3 @@ class Activity(MethodView):
             limit=query["limit"],
             cursor=query.get("cursor"),
         )
-        return {"items": items, "nextCursor": next_cursor}

@@ -11,13 +11,15 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint
 from layang.api.fields import (
+    ISO_8601,
     CompatSchema,
     CursorQuerySchema,
     EmailAddress,
     ErrorSchema,
+    Timestamp,
     no_line_breaks,
+    page_schema,
 )
-from layang.clock import iso_ms
 from layang.domain.sandbox import (
     add_authorized_recipient,
     delete_authorized_recipient,
@@ -26,6 +28,7 @@ from layang.domain.sandbox import (
     resend_verification,
 )
 from layang.models import AuthorizedRecipient
+from layang.pagination import Page
 
 blp = Blueprint(
     "authorized_recipients",
@@ -40,69 +43,62 @@ class AuthorizedRecipientInSchema(CompatSchema):
 
 
 class AuthorizedRecipientSchema(ma.Schema):
+    """Dumps an :class:`layang.models.AuthorizedRecipient`."""
+
     id = fields.String()
     email = fields.String()
     name = fields.String(allow_none=True)
     status = fields.String(metadata={"description": "unverified, then verified after consent."})
-    createdAt = fields.String()
-    verifiedAt = fields.String(allow_none=True)
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+    verified_at = Timestamp(
+        allow_none=True,
+        data_key="verifiedAt",
+        metadata={**ISO_8601, "description": "When consent was given; null until then."},
+    )
 
 
-class AuthorizedRecipientListSchema(ma.Schema):
-    items = fields.List(fields.Nested(AuthorizedRecipientSchema))
-    nextCursor = fields.String(allow_none=True)
+AuthorizedRecipientListSchema = page_schema(
+    AuthorizedRecipientSchema, "AuthorizedRecipientListSchema"
+)
 
 
 class ResendSchema(ma.Schema):
     transmissionId = fields.String()
 
 
-def as_dict(recipient: AuthorizedRecipient) -> dict[str, Any]:
-    return {
-        "id": recipient.id,
-        "email": recipient.email,
-        "name": recipient.name,
-        "status": recipient.status,
-        "createdAt": iso_ms(recipient.created_at),
-        "verifiedAt": iso_ms(recipient.verified_at) if recipient.verified_at else None,
-    }
-
-
 @blp.route("/sandbox/authorized-recipients")
 class AuthorizedRecipients(MethodView):
     @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, AuthorizedRecipientListSchema)
-    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+    def get(self, query: dict[str, Any]) -> Page[AuthorizedRecipient]:
         """List authorized recipients, newest first"""
-        rows, next_cursor = list_authorized_recipients(
+        return list_authorized_recipients(
             g.account, limit=query["limit"], cursor=query.get("cursor")
         )
-        return {"items": [as_dict(r) for r in rows], "nextCursor": next_cursor}
 
     @blp.arguments(AuthorizedRecipientInSchema())
     @blp.response(201, AuthorizedRecipientSchema)
     @blp.alt_response(409, schema=ErrorSchema, description="The address is already listed.")
-    def post(self, data: dict[str, Any]) -> dict[str, Any]:
+    def post(self, data: dict[str, Any]) -> AuthorizedRecipient:
         """Add an authorized recipient
 
         It starts `unverified`; a verification email with a consent link goes to the address.
         """
-        recipient = add_authorized_recipient(
+        return add_authorized_recipient(
             g.account,
             data["email"],
             data.get("name"),
             current_app.config["LAYANG"],
         )
-        return as_dict(recipient)
 
 
 @blp.route("/sandbox/authorized-recipients/<recipient_id>")
 class AuthorizedRecipientById(MethodView):
     @blp.response(200, AuthorizedRecipientSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="No such authorized recipient.")
-    def get(self, recipient_id: str) -> dict[str, Any]:
+    def get(self, recipient_id: str) -> AuthorizedRecipient:
         """Get an authorized recipient"""
-        return as_dict(get_authorized_recipient(g.account, recipient_id))
+        return get_authorized_recipient(g.account, recipient_id)
 
     @blp.response(204)
     @blp.alt_response(404, schema=ErrorSchema, description="No such authorized recipient.")

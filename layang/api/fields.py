@@ -41,11 +41,6 @@ class Timestamp(fields.Field):
         return None if value is None else iso_ms(value)
 
 
-class AddressOutSchema(ma.Schema):
-    email = fields.String()
-    name = fields.String()
-
-
 def no_line_breaks(value: str) -> None:
     if has_line_break(value):
         raise ma.ValidationError("Must not contain line breaks or NUL characters.")
@@ -76,3 +71,37 @@ class CompatSchema(ma.Schema):
     @ma.pre_load
     def empty_means_absent(self, data: Any, **kwargs: Any) -> Any:
         return strip_empty(data) if isinstance(data, dict) else data
+
+
+ISO_8601: dict[str, Any] = {"type": "string", "format": "date-time"}
+"""The OpenAPI type of a :class:`Timestamp`: ``Timestamp(metadata=ISO_8601)``."""
+
+
+class MailboxSchema(ma.Schema):
+    """An address as records show it: ``{"email", "name"}``, with no ``name`` key when there is
+    no name: the wire has always left it out rather than sending null."""
+
+    email = fields.String()
+    name = fields.String(metadata={"description": "Display name, when there is one."})
+
+    @ma.post_dump
+    def drop_missing_name(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if data.get("name") is None:
+            data.pop("name", None)
+        return data
+
+
+def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
+    """The schema ``name`` of a listing's body, ``{"items": [...], "nextCursor": ...}``, that
+    dumps a :class:`layang.pagination.Page` of what ``item_schema`` dumps."""
+    return ma.Schema.from_dict(
+        {
+            "items": fields.List(fields.Nested(item_schema)),
+            "next_cursor": fields.String(
+                allow_none=True,
+                data_key="nextCursor",
+                metadata={"description": "The `cursor` of the next page; null on the last page."},
+            ),
+        },
+        name=name,
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import flask
 import marshmallow as ma
 from flask import g, request
 from flask.views import MethodView
@@ -12,10 +11,14 @@ from marshmallow import fields, validate
 
 import templates_store
 from layang.api import Blueprint
-from layang.api.fields import CursorQuerySchema, ErrorSchema
+from layang.api.fields import ISO_8601, CursorQuerySchema, ErrorSchema, Timestamp, page_schema
 from layang.domain.errors import PreconditionFailed
+from layang.pagination import Page
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")
+
+# flask-smorest sets the headers of a view that returns (body, headers).
+TemplateWithEtag = tuple[templates_store.TemplateRecord, dict[str, str]]
 
 _PART = {"validate": validate.Length(max=5 * 1024 * 1024), "allow_none": True}
 
@@ -44,20 +47,24 @@ class TemplateUpdateSchema(TemplateInSchema):
 
 
 class TemplateSchema(ma.Schema):
+    """Dumps a :class:`templates_store.TemplateRecord`."""
+
     id = fields.String()
     name = fields.String()
     subject = fields.String(allow_none=True)
-    bodyHtml = fields.String(allow_none=True)
-    bodyText = fields.String(allow_none=True)
-    version = fields.Integer()
+    body_html = fields.String(
+        allow_none=True, data_key="bodyHtml", metadata={"description": "As you sent it."}
+    )
+    body_text = fields.String(allow_none=True, data_key="bodyText")
+    version = fields.Integer(metadata={"description": "1 on creation, +1 on every update."})
     shortcodes = fields.List(fields.String(), metadata={"description": "Placeholders used."})
-    createdAt = fields.String()
-    updatedAt = fields.String()
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+    updated_at = Timestamp(data_key="updatedAt", metadata=ISO_8601)
 
 
-class TemplateListSchema(ma.Schema):
-    items = fields.List(fields.Nested(TemplateSchema))
-    nextCursor = fields.String(allow_none=True)
+TemplateListSchema = page_schema(TemplateSchema, "TemplateListSchema")
+
+_ETAG_HEADER = {"ETag": {"schema": {"type": "string"}, "description": "Send it as If-Match."}}
 
 
 class PreviewSchema(ma.Schema):
@@ -65,15 +72,15 @@ class PreviewSchema(ma.Schema):
 
 
 class RenderedSchema(ma.Schema):
+    """Dumps a :class:`templates_store.RenderedContent`."""
+
     subject = fields.String(allow_none=True)
-    bodyHtml = fields.String(allow_none=True)
-    bodyText = fields.String(allow_none=True)
+    body_html = fields.String(allow_none=True, data_key="bodyHtml")
+    body_text = fields.String(allow_none=True, data_key="bodyText")
 
 
-def _with_etag(record: templates_store.TemplateRecord) -> flask.Response:
-    response = flask.jsonify(record.to_dict())
-    response.headers["ETag"] = record.etag
-    return response
+def _etag(record: templates_store.TemplateRecord) -> dict[str, str]:
+    return {"ETag": record.etag}
 
 
 def _if_match_version(template_id: str) -> int | None:
@@ -92,17 +99,16 @@ def _if_match_version(template_id: str) -> int | None:
 class Templates(MethodView):
     @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, TemplateListSchema)
-    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+    def get(self, query: dict[str, Any]) -> Page[templates_store.TemplateRecord]:
         """List templates, by id"""
-        records, cursor = templates_store.list_templates(
+        return templates_store.list_templates(
             g.account.id, limit=query["limit"], after=query.get("cursor")
         )
-        return {"items": [r.to_dict() for r in records], "nextCursor": cursor}
 
     @blp.arguments(TemplateInSchema())
-    @blp.response(201, TemplateSchema)
+    @blp.response(201, TemplateSchema, headers=_ETAG_HEADER)
     @blp.alt_response(409, schema=ErrorSchema, description="A template with this id exists.")
-    def post(self, data: dict[str, Any]) -> flask.Response:
+    def post(self, data: dict[str, Any]) -> TemplateWithEtag:
         """Create a template
 
         A template that does not parse is a 400 naming the part and the line.
@@ -115,23 +121,22 @@ class Templates(MethodView):
             body_html=data.get("bodyHtml"),
             body_text=data.get("bodyText"),
         )
-        response = _with_etag(record)
-        response.status_code = 201
-        return response
+        return record, _etag(record)
 
 
 @blp.route("/templates/<template_id>")
 class TemplateById(MethodView):
-    @blp.response(200, TemplateSchema, headers={"ETag": {"schema": {"type": "string"}}})
+    @blp.response(200, TemplateSchema, headers=_ETAG_HEADER)
     @blp.alt_response(404, schema=ErrorSchema, description="No such template.")
-    def get(self, template_id: str) -> flask.Response:
+    def get(self, template_id: str) -> TemplateWithEtag:
         """Get a template, with its ETag"""
-        return _with_etag(templates_store.get_template(g.account.id, template_id))
+        record = templates_store.get_template(g.account.id, template_id)
+        return record, _etag(record)
 
     @blp.arguments(TemplateUpdateSchema())
-    @blp.response(200, TemplateSchema)
+    @blp.response(200, TemplateSchema, headers=_ETAG_HEADER)
     @blp.alt_response(412, schema=ErrorSchema, description="If-Match is stale.")
-    def put(self, data: dict[str, Any], template_id: str) -> flask.Response:
+    def put(self, data: dict[str, Any], template_id: str) -> TemplateWithEtag:
         """Update a template: a new version
 
         Send `If-Match` with the ETag you read to refuse (412) an update made meanwhile.
@@ -149,7 +154,7 @@ class TemplateById(MethodView):
         record = templates_store.update_template(
             g.account.id, template_id, if_match_version=_if_match_version(template_id), **changes
         )
-        return _with_etag(record)
+        return record, _etag(record)
 
     @blp.response(204)
     @blp.alt_response(404, schema=ErrorSchema, description="No such template.")
@@ -162,11 +167,6 @@ class TemplateById(MethodView):
 class TemplatePreview(MethodView):
     @blp.arguments(PreviewSchema())
     @blp.response(200, RenderedSchema)
-    def post(self, data: dict[str, Any], template_id: str) -> dict[str, Any]:
+    def post(self, data: dict[str, Any], template_id: str) -> templates_store.RenderedContent:
         """Render the current version as it would be sent (without tracking)"""
-        rendered = templates_store.preview(g.account.id, template_id, data["substitutionData"])
-        return {
-            "subject": rendered.subject,
-            "bodyHtml": rendered.body_html,
-            "bodyText": rendered.body_text,
-        }
+        return templates_store.preview(g.account.id, template_id, data["substitutionData"])

@@ -13,15 +13,17 @@ from marshmallow import fields, validate
 from layang.api import Blueprint
 from layang.api.activity import ActivityRecordSchema
 from layang.api.fields import (
-    AddressOutSchema,
+    ISO_8601,
     CompatSchema,
     EmailAddress,
     ErrorSchema,
+    MailboxSchema,
+    Timestamp,
     no_line_breaks,
     strip_empty,
 )
 from layang.domain.intake import TransmissionRequest, accept_transmission
-from layang.domain.records import get_transmission_view
+from layang.domain.records import TransmissionView, get_transmission_view
 from layang.sending.message import (
     HEADER_NAME,
     MAX_DISPLAY_NAME,
@@ -228,12 +230,16 @@ class TransmissionAcceptedSchema(ma.Schema):
 
 
 class TransmissionSchema(ma.Schema):
-    transmissionId = fields.String()
-    createdAt = fields.String()
+    """Dumps a :class:`layang.domain.records.TransmissionView`."""
+
+    id = fields.String(data_key="transmissionId")
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
     source = fields.String(metadata={"description": "api or smtp."})
-    from_ = fields.Nested(AddressOutSchema, data_key="from", attribute="from")
+    sender = fields.Nested(MailboxSchema, data_key="from")
     subject = fields.String()
-    recipients = fields.List(fields.Nested(ActivityRecordSchema))
+    recipients = fields.List(
+        fields.Nested(ActivityRecordSchema), metadata={"description": "In the order given."}
+    )
 
 
 @blp.route("/transmissions")
@@ -260,6 +266,6 @@ class Transmissions(MethodView):
 class TransmissionById(MethodView):
     @blp.response(200, TransmissionSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
-    def get(self, transmission_id: str) -> dict[str, Any]:
+    def get(self, transmission_id: str) -> TransmissionView:
         """Look up a sent message and every recipient's record"""
         return get_transmission_view(g.account, transmission_id)

@@ -5,17 +5,65 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import peewee
 
-from layang.clock import iso_ms
 from layang.domain.errors import NotFound
 from layang.models import DELIVERY_STATES, INJECTION, Account, Event, Recipient, Transmission
+from layang.pagination import Page, keyset_page
+from layang.sending.message import Mailbox
 
 
-def _events_by_recipient(recipient_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+@dataclass(frozen=True, slots=True)
+class ActivityEvent:
+    """One step of an email's life: a delivery state or an engagement, at ``timestamp_ms``
+    (epoch ms). ``detail`` is what the step recorded (the upstream reply, the clicked URL…)."""
+
+    status: str
+    timestamp_ms: int
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRecord:
+    """One email to one recipient. ``status`` is its current delivery state; ``events`` its
+    timeline, oldest first, starting with the Injection. Timestamps are epoch ms."""
+
+    id: str
+    transmission_id: str
+    message_id: str
+    recipient: str
+    recipient_type: str
+    sender: Mailbox
+    subject: str
+    status: str
+    created_at: int
+    updated_at: int
+    metadata: dict[str, Any]
+    events: tuple[ActivityEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransmissionView:
+    """A message as it was accepted, with every recipient's record in the order given."""
+
+    id: str
+    created_at: int
+    source: str
+    sender: Mailbox
+    subject: str
+    recipients: tuple[ActivityRecord, ...]
+
+
+def _sender(transmission: Transmission) -> Mailbox:
+    stored = json.loads(transmission.from_header)
+    return Mailbox(stored["email"], stored.get("name"))
+
+
+def _events_by_recipient(recipient_ids: Iterable[str]) -> dict[str, list[ActivityEvent]]:
+    grouped: dict[str, list[ActivityEvent]] = defaultdict(list)
     ids = list(recipient_ids)
     if not ids:
         return grouped
@@ -26,36 +74,30 @@ def _events_by_recipient(recipient_ids: Iterable[str]) -> dict[str, list[dict[st
         .tuples()
     )
     for recipient_id, status, created_at, detail in query:
-        grouped[recipient_id].append(
-            {"status": status, "timestamp": iso_ms(created_at), "detail": json.loads(detail)}
-        )
+        grouped[recipient_id].append(ActivityEvent(status, created_at, json.loads(detail)))
     return grouped
 
 
 def _record(
-    recipient: Recipient, transmission: Transmission, events: list[dict[str, Any]]
-) -> dict[str, Any]:
+    recipient: Recipient, transmission: Transmission, events: list[ActivityEvent]
+) -> ActivityRecord:
     # Injection is the record's creation, so it is not stored as an event row of its own:
     # one INSERT less on the intake path of every message.
-    injection = {
-        "status": INJECTION,
-        "timestamp": iso_ms(recipient.created_at),
-        "detail": {"source": transmission.source},
-    }
-    return {
-        "id": recipient.id,
-        "transmissionId": transmission.id,
-        "messageId": transmission.message_id,
-        "recipient": recipient.address,
-        "recipientType": recipient.recipient_type,
-        "from": json.loads(transmission.from_header),
-        "subject": transmission.subject,
-        "status": recipient.status,
-        "createdAt": iso_ms(recipient.created_at),
-        "updatedAt": iso_ms(recipient.updated_at),
-        "metadata": json.loads(transmission.metadata),
-        "events": [injection, *events],
-    }
+    injection = ActivityEvent(INJECTION, recipient.created_at, {"source": transmission.source})
+    return ActivityRecord(
+        id=recipient.id,
+        transmission_id=transmission.id,
+        message_id=transmission.message_id,
+        recipient=recipient.address,
+        recipient_type=recipient.recipient_type,
+        sender=_sender(transmission),
+        subject=transmission.subject,
+        status=recipient.status,
+        created_at=recipient.created_at,
+        updated_at=recipient.updated_at,
+        metadata=json.loads(transmission.metadata),
+        events=(injection, *events),
+    )
 
 
 def list_activity(
@@ -68,8 +110,8 @@ def list_activity(
     until: int | None = None,
     limit: int = 50,
     cursor: str | None = None,
-) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of the account's records, newest first, and the cursor of the next page.
+) -> Page[ActivityRecord]:
+    """One page of the account's records, newest first.
 
     ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
     with such an event); ``since``/``until`` bound the creation time (epoch ms, inclusive).
@@ -78,8 +120,6 @@ def list_activity(
         Recipient.select(Recipient, Transmission)
         .join(Transmission)
         .where(Recipient.account == account.id)
-        .order_by(Recipient.id.desc())
-        .limit(limit + 1)
     )
     if status in DELIVERY_STATES:
         query = query.where(Recipient.status == status)
@@ -96,16 +136,12 @@ def list_activity(
         query = query.where(Recipient.created_at >= since)
     if until is not None:
         query = query.where(Recipient.created_at <= until)
-    if cursor:
-        query = query.where(Recipient.id < cursor)
-    rows = list(query)
-    next_cursor = rows[limit - 1].id if len(rows) > limit else None
-    rows = rows[:limit]
-    events = _events_by_recipient(r.id for r in rows)
-    return [_record(r, r.transmission, events[r.id]) for r in rows], next_cursor
+    page = keyset_page(query, Recipient.id, limit=limit, cursor=cursor)
+    events = _events_by_recipient(r.id for r in page.items)
+    return page.map(lambda r: _record(r, r.transmission, events[r.id]))
 
 
-def get_transmission_view(account: Account, transmission_id: str) -> dict[str, Any]:
+def get_transmission_view(account: Account, transmission_id: str) -> TransmissionView:
     """The transmission and every recipient's record. Another account's id is ``NotFound``."""
     transmission = Transmission.get_or_none(
         (Transmission.id == transmission_id) & (Transmission.account == account.id)
@@ -116,17 +152,17 @@ def get_transmission_view(account: Account, transmission_id: str) -> dict[str, A
         Recipient.select().where(Recipient.transmission == transmission.id).order_by(Recipient.id)
     )
     events = _events_by_recipient(r.id for r in recipients)
-    return {
-        "transmissionId": transmission.id,
-        "createdAt": iso_ms(transmission.created_at),
-        "source": transmission.source,
-        "from": json.loads(transmission.from_header),
-        "subject": transmission.subject,
-        "recipients": [_record(r, transmission, events[r.id]) for r in recipients],
-    }
+    return TransmissionView(
+        id=transmission.id,
+        created_at=transmission.created_at,
+        source=transmission.source,
+        sender=_sender(transmission),
+        subject=transmission.subject,
+        recipients=tuple(_record(r, transmission, events[r.id]) for r in recipients),
+    )
 
 
-def get_record(account: Account, record_id: str) -> dict[str, Any]:
+def get_record(account: Account, record_id: str) -> ActivityRecord:
     """One activity record of ``account``. Another account's record is ``NotFound``."""
     row = (
         Recipient.select(Recipient, Transmission)

@@ -14,6 +14,7 @@ from layang.config import Config
 from layang.db import write_transaction
 from layang.domain.errors import Conflict, NotFound, RecipientNotAuthorized, SenderNotAllowed
 from layang.models import UNVERIFIED, VERIFIED, Account, AuthorizedRecipient
+from layang.pagination import Page, keyset_page
 from layang.sending.message import Mailbox, OutgoingMessage
 from layang.sending.outbox import queue_message
 
@@ -97,18 +98,10 @@ def add_authorized_recipient(
 
 def list_authorized_recipients(
     account: Account, *, limit: int = 50, cursor: str | None = None
-) -> tuple[list[AuthorizedRecipient], str | None]:
-    query = (
-        AuthorizedRecipient.select()
-        .where(AuthorizedRecipient.account == account.id)
-        .order_by(AuthorizedRecipient.id.desc())
-        .limit(limit + 1)
-    )
-    if cursor:
-        query = query.where(AuthorizedRecipient.id < cursor)
-    rows = list(query)
-    next_cursor = rows[limit - 1].id if len(rows) > limit else None
-    return rows[:limit], next_cursor
+) -> Page[AuthorizedRecipient]:
+    """One page of the account's authorized recipients, newest first."""
+    query = AuthorizedRecipient.select().where(AuthorizedRecipient.account == account.id)
+    return keyset_page(query, AuthorizedRecipient.id, limit=limit, cursor=cursor)
 
 
 def get_authorized_recipient(account: Account, recipient_id: str) -> AuthorizedRecipient:

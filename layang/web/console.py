@@ -134,7 +134,7 @@ def activity_page(account: Account) -> Any:
         "since": request.args.get("since", ""),
         "until": request.args.get("until", ""),
     }
-    items, next_cursor = records.list_activity(
+    page = records.list_activity(
         account,
         status=status or None,
         recipient=filters["recipient"] or None,
@@ -145,13 +145,15 @@ def activity_page(account: Account) -> Any:
         cursor=request.args.get("cursor") or None,
     )
     next_url = None
-    if next_cursor:
+    if page.next_cursor:
         next_url = url_for(
-            "web.console_activity", **{k: v for k, v in filters.items() if v}, cursor=next_cursor
+            "web.console_activity",
+            **{k: v for k, v in filters.items() if v},
+            cursor=page.next_cursor,
         )
     return render_template(
         "console/activity.html",
-        items=items,
+        items=page.items,
         filters=filters,
         statuses=EVENT_KINDS,
         next_url=next_url,
@@ -184,9 +186,9 @@ def recipients_page(account: Account) -> Any:
         else:
             flash(f"Verification email sent to {address}.")
         return redirect(url_for("web.console_recipients"))
-    rows, _ = sandbox.list_authorized_recipients(account, limit=500)
+    page = sandbox.list_authorized_recipients(account, limit=500)
     return render_template(
-        "console/recipients.html", recipients=rows, sandbox_sender=config.sandbox_sender
+        "console/recipients.html", recipients=page.items, sandbox_sender=config.sandbox_sender
     )
 
 
@@ -208,8 +210,8 @@ def recipient_action(account: Account, recipient_id: str, action: str) -> Any:
 
 @signed_in
 def templates_page(account: Account) -> Any:
-    records, _ = templates_store.list_templates(account.id, limit=500)
-    return render_template("console/templates.html", templates=records)
+    page = templates_store.list_templates(account.id, limit=500)
+    return render_template("console/templates.html", templates=page.items)
 
 
 def _sample_data(raw: str) -> tuple[dict[str, Any], str | None]:
@@ -310,3 +312,4 @@ def register(blueprint: flask.Blueprint) -> None:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
+    blueprint.add_app_template_filter(iso_ms, "iso")

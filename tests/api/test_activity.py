@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from layang.domain import accounts
+from layang.models import Transmission
 from tests.conftest import drain
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -118,3 +120,28 @@ def test_accounts_see_only_their_own(client, auth):
     ).get_json()
     assert page["items"] == []
     assert client.get(f"/v1/layang/transmissions/{tid}", headers=auth).status_code == 200
+
+
+def test_from_without_a_name_has_no_name_key(client, auth):
+    body = {
+        "from": {"email": "plain@sender.test"},
+        "subject": "Hello",
+        "to": [{"email": "a@rcpt.test"}],
+        "bodyText": "hi",
+    }
+    response = client.post("/v1/layang/transmissions", json=body, headers=auth)
+    tid = response.get_json()["transmissionId"]
+    (record,) = client.get("/v1/layang/activity", headers=auth).get_json()["items"]
+    assert record["from"] == {"email": "plain@sender.test"}
+    view = client.get(f"/v1/layang/transmissions/{tid}", headers=auth).get_json()
+    assert view["from"] == {"email": "plain@sender.test"}
+    assert view["recipients"][0]["from"] == {"email": "plain@sender.test"}
+
+
+def test_metadata_keeps_any_json_values(client, auth):
+    tid = send(client, auth, ["a@rcpt.test"])
+    stored = {"order": 42, "vip": True, "tags": ["a", "b"], "user": {"id": None}}
+    # Written as intake will store it once the API accepts any JSON values.
+    Transmission.update(metadata=json.dumps(stored)).where(Transmission.id == tid).execute()
+    (record,) = client.get("/v1/layang/activity", headers=auth).get_json()["items"]
+    assert record["metadata"] == stored

@@ -38,7 +38,7 @@ def events(transmission_id, address):
         Recipient.transmission == transmission_id, Recipient.address == address
     )
     record = get_record(recipient.account, recipient.id)  # as the Activity API shows it
-    return [event["status"] for event in record["events"]]
+    return [event.status for event in record.events]
 
 
 def test_text_only(client, auth, upstream, relay_to):

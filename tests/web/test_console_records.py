@@ -1,0 +1,57 @@
+"""The console's Activity pages show each record as the Activity API does: same times (to the
+second in the list, to the millisecond in the timeline), sender, ids and metadata."""
+
+from __future__ import annotations
+
+import html
+
+from tests.conftest import drain
+from tests.web.test_console import _login
+
+
+def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream, relay_to):
+    upstream.script_rcpt("later@rcpt.test", "450 4.2.0 try later")
+    for sender, to in [
+        ({"email": "shop@sender.test", "name": "Shop"}, "ana@rcpt.test"),
+        ({"email": "plain@sender.test"}, "later@rcpt.test"),
+    ]:
+        response = client.post(
+            "/v1/layang/transmissions",
+            headers=auth,
+            json={
+                "from": sender,
+                "subject": "Hello",
+                "to": [{"email": to}],
+                "bodyText": "hi",
+                "metadata": {"order": "42"},
+            },
+        )
+        assert response.status_code == 200
+    drain(relay_to(upstream))
+    records = client.get("/v1/layang/activity", headers=auth).get_json()["items"]
+    _login(client, api_key)
+
+    listing = client.get("/console/activity").get_data(as_text=True)
+    for record in records:
+        created = record["createdAt"]
+        shown = f'<time datetime="{created}">{created[:19].replace("T", " ")} UTC</time>'
+        assert shown in listing
+        assert f'{record["recipient"]}</a>\n          <span class="muted">to</span>' in listing
+
+    for record in records:
+        page = client.get(f"/console/activity/{record['id']}").get_data(as_text=True)
+        sender = record["from"]
+        name = f"{sender['name']} " if "name" in sender else ""
+        assert f"<dt>From</dt><dd>{name}&lt;{sender['email']}&gt;</dd>" in page
+        assert f"({record['recipientType']})" in page
+        assert f"<code>{record['transmissionId']}</code>" in page
+        assert f"<code>{html.escape(record['messageId'])}</code>" in page
+        assert "<dt>order</dt><dd>42</dd>" in page
+        for event in record["events"]:
+            at = event["timestamp"]
+            assert f'<time datetime="{at}">{at[:23].replace("T", " ")} UTC</time>' in page
+    delayed = next(r for r in records if r["recipient"] == "later@rcpt.test")
+    assert delayed["status"] == "Delay"
+    page = client.get(f"/console/activity/{delayed['id']}").get_data(as_text=True)
+    assert "<code>450 4.2.0 try later</code>" in page
+    assert "next try" in page
