@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from layang.api.errors import describe
 from layang.cli_send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError
@@ -187,7 +188,7 @@ class domain_errors:
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
         if isinstance(error, LayangError):
-            click.echo(json.dumps(error.to_dict()), err=True)
+            click.echo(json.dumps(describe(error).body()), err=True)
             sys.exit(1)
         return False
 

@@ -24,6 +24,8 @@ from templates_store.render import (
     extract_shortcodes,
 )
 from templates_store.store import (
+    ID_PATTERN,
+    MAX_NAME_LENGTH,
     UNSET,
     TemplateRecord,
     TemplateVersionRecord,
@@ -40,6 +42,8 @@ from templates_store.store import (
 )
 
 __all__ = [
+    "ID_PATTERN",
+    "MAX_NAME_LENGTH",
     "MODELS",
     "UNSET",
     "CompiledTemplate",

@@ -12,15 +12,16 @@ from flask import g, request
 from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
 
-from layang.api.errors import first_error, register_error_handlers
-from layang.api.fields import ErrorSchema
-from layang.domain.accounts import authenticate
-from layang.domain.errors import (
+from layang.api.errors import (
     MalformedJson,
     Unauthorized,
     UnsupportedMediaType,
     ValidationFailed,
+    first_error,
+    register_error_handlers,
 )
+from layang.api.fields import ErrorSchema
+from layang.domain.accounts import authenticate
 
 
 class RequestParser(FlaskParser):

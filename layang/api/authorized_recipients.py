@@ -29,6 +29,7 @@ from layang.domain.sandbox import (
 )
 from layang.models import AuthorizedRecipient
 from layang.pagination import Page
+from layang.sending.message import MAX_DISPLAY_NAME
 
 blp = Blueprint(
     "authorized_recipients",
@@ -39,7 +40,7 @@ blp = Blueprint(
 
 class AuthorizedRecipientInSchema(CompatSchema):
     email = EmailAddress(required=True)
-    name = fields.String(validate=[validate.Length(max=256), no_line_breaks])
+    name = fields.String(validate=[validate.Length(max=MAX_DISPLAY_NAME), no_line_breaks])
 
 
 class AuthorizedRecipientSchema(ma.Schema):

@@ -18,13 +18,13 @@ import templates_store
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
 from layang.domain.errors import (
     Conflict,
+    InvalidInput,
     LayangError,
+    MessageTooLarge,
     NotFound,
-    PayloadTooLarge,
-    PreconditionFailed,
-    ServiceUnavailable,
-    Unauthorized,
-    ValidationFailed,
+    RecipientNotAuthorized,
+    SenderNotAllowed,
+    TemplateNotFound,
 )
 
 log = logging.getLogger("layang.api")
@@ -49,6 +49,109 @@ _HTTP_CODES = {
 }
 
 
+class ApiError(Exception):
+    """An answer other than 2xx, as the error body describes it: ``status``, a stable ``code``,
+    one ``message`` sentence and, for validation, ``errors`` nested like the request. The
+    subclasses are the refusals of the HTTP layer itself; ``status`` and ``code`` may also be
+    given for one answer."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        errors: dict[str, Any] | None = None,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors = errors
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.code, "message": self.message, "status": self.status}
+        if self.errors is not None:
+            body["errors"] = self.errors
+        return body
+
+
+class ValidationFailed(ApiError):
+    status = 400
+    code = "validation_failed"
+
+
+class MalformedJson(ApiError):
+    status = 400
+    code = "malformed_json"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class PreconditionFailed(ApiError):
+    status = 412
+    code = "precondition_failed"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(ApiError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class ServiceUnavailable(ApiError):
+    status = 503
+    code = "service_unavailable"
+
+
+_DOMAIN_STATUS: tuple[tuple[type[LayangError], int], ...] = (
+    (InvalidInput, 400),
+    (NotFound, 404),
+    (Conflict, 409),
+    (MessageTooLarge, 413),
+    (RecipientNotAuthorized, 422),
+    (SenderNotAllowed, 422),
+)
+# The request's names for the message fields the domain names in its errors.
+_FIELD_PATHS = {"template_id": "templateId", "sender": "from", "reply_to": "replyTo"}
+_NOT_AUTHORIZED = "Not a verified authorized recipient of this sandbox account."
+
+
+def describe(error: LayangError) -> ApiError:
+    """The answer to a domain error: its status, its code, and the request fields it concerns."""
+    status = next((status for kind, status in _DOMAIN_STATUS if isinstance(error, kind)), None)
+    if status is None:
+        log.error("unmapped domain error %s: %s", type(error).__name__, error.message)
+        return ApiError("An internal error occurred; it has been logged.")
+    message, errors = error.message, None
+    if isinstance(error, InvalidInput):
+        path = _FIELD_PATHS.get(error.field, error.field)
+        message, errors = f"{path}: {error.problem}", {path: [error.problem]}
+    elif isinstance(error, TemplateNotFound):
+        message = f"templateId: no template {error.template_id!r}."
+    elif isinstance(error, SenderNotAllowed):
+        message = f"from.email: sandbox accounts send from {error.allowed} only."
+        errors = {"from": {"email": [error.message]}}
+    elif isinstance(error, RecipientNotAuthorized):
+        errors = {
+            kind: {str(index): {"email": [_NOT_AUTHORIZED]} for index, _ in pairs}
+            for kind, pairs in error.offending.items()
+        }
+    return ApiError(message, errors, status=status, code=error.code)
+
+
 def first_error(errors: Any, path: str = "") -> str:
     """``"to.0.email: Not a valid email address."`` from marshmallow's nested messages."""
     if isinstance(errors, dict):
@@ -60,8 +163,8 @@ def first_error(errors: Any, path: str = "") -> str:
     return f"{path}: {errors}" if path else str(errors)
 
 
-def error_response(error: LayangError, headers: dict[str, str] | None = None) -> flask.Response:
-    response = flask.jsonify(error.to_dict())
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> flask.Response:
+    response = flask.jsonify(error.body())
     response.status_code = error.status
     if isinstance(error, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="layang"'
@@ -70,8 +173,12 @@ def error_response(error: LayangError, headers: dict[str, str] | None = None) ->
     return response
 
 
-def handle_layang_error(error: LayangError) -> flask.Response:
+def handle_api_error(error: ApiError) -> flask.Response:
     return error_response(error)
+
+
+def handle_domain_error(error: LayangError) -> flask.Response:
+    return error_response(describe(error))
 
 
 def handle_http_exception(error: HTTPException) -> flask.Response:
@@ -79,7 +186,7 @@ def handle_http_exception(error: HTTPException) -> flask.Response:
     if status == 413:
         body = PayloadTooLarge("The request body is larger than this server accepts.")
         return error_response(body)
-    generic = LayangError(_sentence(error))
+    generic = ApiError(_sentence(error))
     generic.status = status
     generic.code = _HTTP_CODES.get(status, "http_error")
     allow = getattr(error, "valid_methods", None)
@@ -111,10 +218,10 @@ def handle_unexpected(error: Exception) -> flask.Response:
     if isinstance(error, HTTPException):
         return handle_http_exception(error)
     log.exception("unhandled error path=%s", request.path)
-    return error_response(LayangError("An internal error occurred; it has been logged."))
+    return error_response(ApiError("An internal error occurred; it has been logged."))
 
 
-def as_layang_error(error: templates_store.TemplateStoreError) -> LayangError:
+def as_api_error(error: templates_store.TemplateStoreError) -> ApiError:
     """The API's view of an error from the template store."""
     if isinstance(error, templates_store.TemplateSyntaxError):
         return ValidationFailed(str(error), {error.part: [str(error)]})
@@ -124,16 +231,17 @@ def as_layang_error(error: templates_store.TemplateStoreError) -> LayangError:
         field = error.part or "substitutionData"
         return ValidationFailed(f"{field}: could not render: {error}", {field: [str(error)]})
     if isinstance(error, templates_store.TemplateNotFound):
-        return NotFound(f"No template {request.view_args.get('template_id', '')!r}.")
+        message = f"No template {request.view_args.get('template_id', '')!r}."
+        return ApiError(message, status=404, code="not_found")
     if isinstance(error, templates_store.TemplateConflict):
-        return Conflict(f"id: {error}")
+        return ApiError(f"id: {error}", status=409, code="conflict")
     if isinstance(error, templates_store.PreconditionFailed):
         return PreconditionFailed("If-Match does not match the template's current ETag.")
-    return LayangError("The template store failed.")
+    return ApiError("The template store failed.")
 
 
 def handle_template_error(error: templates_store.TemplateStoreError) -> flask.Response:
-    return error_response(as_layang_error(error))
+    return error_response(as_api_error(error))
 
 
 def register_error_handlers(app: flask.Flask) -> None:
@@ -143,7 +251,8 @@ def register_error_handlers(app: flask.Flask) -> None:
     operations paths belong to no blueprint and must answer the same body. A blueprint's own
     handlers (the pages') take precedence for the requests it serves.
     """
-    app.register_error_handler(LayangError, handle_layang_error)
+    app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(LayangError, handle_domain_error)
     app.register_error_handler(templates_store.TemplateStoreError, handle_template_error)
     app.register_error_handler(HTTPException, handle_http_exception)
     for unavailable in UNAVAILABLE_ERRORS:

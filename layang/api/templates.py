@@ -11,27 +11,29 @@ from marshmallow import fields, validate
 
 import templates_store
 from layang.api import Blueprint
+from layang.api.errors import PreconditionFailed
 from layang.api.fields import ISO_8601, CursorQuerySchema, ErrorSchema, Timestamp, page_schema
-from layang.domain.errors import PreconditionFailed
 from layang.pagination import Page
+from templates_store import ID_PATTERN, MAX_NAME_LENGTH, RenderLimits
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")
 
 # flask-smorest sets the headers of a view that returns (body, headers).
 TemplateWithEtag = tuple[templates_store.TemplateRecord, dict[str, str]]
 
-_PART = {"validate": validate.Length(max=5 * 1024 * 1024), "allow_none": True}
+# A source part may be as long as a rendered one.
+_PART = {"validate": validate.Length(max=RenderLimits().max_part_chars), "allow_none": True}
 
 
 class TemplateInSchema(ma.Schema):
     id = fields.String(
         validate=validate.Regexp(
-            r"^[a-z0-9][a-z0-9_-]{0,63}$",
+            rf"^{ID_PATTERN.pattern}$",
             error="Use 1-64 of a-z, 0-9, '_' and '-', starting with a letter or digit.",
         ),
         metadata={"description": "Your id for the template; generated when absent."},
     )
-    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    name = fields.String(required=True, validate=validate.Length(min=1, max=MAX_NAME_LENGTH))
     subject = fields.String(**_PART, metadata={"description": "May use shortcodes."})
     bodyHtml = fields.String(**_PART, metadata={"description": "CSS is inlined on save."})
     bodyText = fields.String(**_PART)
@@ -43,7 +45,7 @@ class TemplateUpdateSchema(TemplateInSchema):
     class Meta:
         exclude = ("id",)
 
-    name = fields.String(validate=validate.Length(min=1, max=200))
+    name = fields.String(validate=validate.Length(min=1, max=MAX_NAME_LENGTH))
 
 
 class TemplateSchema(ma.Schema):

@@ -11,7 +11,7 @@ import peewee
 
 from layang.clock import now_ms
 from layang.db import database
-from layang.domain.errors import Conflict, NotFound, ValidationFailed
+from layang.domain.errors import Conflict, InvalidInput, NotFound
 from layang.models import LIVE, SANDBOX, Account, ApiKey
 
 KEY_PREFIX = "lyg_"
@@ -29,12 +29,11 @@ def hash_key(secret: str) -> str:
 
 
 def create_account(name: str, *, live: bool = False) -> Account:
-    """Create an account (sandbox unless ``live``). Raises ``ValidationFailed`` for a bad name
+    """Create an account (sandbox unless ``live``). Raises ``InvalidInput`` for a bad name
     and ``Conflict`` when the name is taken."""
     if not ACCOUNT_NAME.match(name):
-        raise ValidationFailed(
-            "name: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.",
-            {"name": ["Invalid account name."]},
+        raise InvalidInput(
+            "name", "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
         )
     try:
         with database.atomic():

@@ -1,81 +1,81 @@
-"""Domain errors. Each maps to one HTTP status and one stable code of the error body; the web
-layer turns them into that body in one place."""
+"""What the domain refuses, in its own terms.
+
+Each error has a stable snake_case ``code`` and a one-sentence ``message``. How it is shown is
+for the way in: the API maps each class to an HTTP status and the fields it names to the
+request's field paths (``layang.api.errors``); the console and the CLI show the message.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 
 class LayangError(Exception):
-    status = 500
     code = "internal_error"
 
-    def __init__(self, message: str, errors: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.errors = errors
-
-    def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": self.code, "message": self.message, "status": self.status}
-        if self.errors is not None:
-            body["errors"] = self.errors
-        return body
 
 
-class ValidationFailed(LayangError):
-    status = 400
+class InvalidInput(LayangError):
+    """A value breaks a rule. ``field`` names it as the domain does (``subject``,
+    ``template_id``, ``name``); ``problem`` is a sentence about the value."""
+
     code = "validation_failed"
 
-
-class MalformedJson(LayangError):
-    status = 400
-    code = "malformed_json"
-
-
-class Unauthorized(LayangError):
-    status = 401
-    code = "unauthorized"
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
 
 
 class NotFound(LayangError):
-    status = 404
     code = "not_found"
 
 
 class TemplateNotFound(NotFound):
     code = "template_not_found"
 
+    def __init__(self, template_id: str) -> None:
+        super().__init__(f"No template {template_id!r}.")
+        self.template_id = template_id
+
 
 class Conflict(LayangError):
-    status = 409
     code = "conflict"
 
 
-class PreconditionFailed(LayangError):
-    status = 412
-    code = "precondition_failed"
-
-
-class PayloadTooLarge(LayangError):
-    status = 413
+class MessageTooLarge(LayangError):
     code = "payload_too_large"
 
-
-class UnsupportedMediaType(LayangError):
-    status = 415
-    code = "unsupported_media_type"
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The message is larger than the {limit} bytes accepted.")
+        self.limit = limit
 
 
 class RecipientNotAuthorized(LayangError):
-    status = 422
+    """A sandbox account addressed recipients that have not given consent. ``offending`` maps a
+    recipient kind (to, cc, bcc) to the (position, address) pairs refused."""
+
     code = "recipient_not_authorized"
+
+    def __init__(self, offending: Mapping[str, Sequence[tuple[int, str]]]) -> None:
+        addresses = dict.fromkeys(a for pairs in offending.values() for _, a in pairs)
+        super().__init__(
+            "Not verified authorized recipients of this sandbox account: "
+            + ", ".join(addresses)
+            + "."
+        )
+        self.offending = offending
 
 
 class SenderNotAllowed(LayangError):
-    status = 422
+    """A sandbox account tried to send from an address other than ``allowed``."""
+
     code = "sender_not_allowed"
 
-
-class ServiceUnavailable(LayangError):
-    status = 503
-    code = "service_unavailable"
+    def __init__(self, sender: str, allowed: str) -> None:
+        super().__init__(f"Sandbox accounts send from {allowed} only.")
+        self.sender = sender
+        self.allowed = allowed

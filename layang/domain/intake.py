@@ -8,7 +8,7 @@ from typing import Any
 
 import templates_store
 from layang.config import Config
-from layang.domain.errors import PayloadTooLarge, TemplateNotFound, ValidationFailed
+from layang.domain.errors import InvalidInput, MessageTooLarge, TemplateNotFound
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.models import Account
 from layang.sending.message import RECIPIENT_KINDS, OutgoingMessage
@@ -33,22 +33,16 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
     try:
         _, compiled = templates_store.compiled_version(account.id, template_id)
     except templates_store.TemplateNotFound:
-        raise TemplateNotFound(f"templateId: no template {template_id!r}.") from None
+        raise TemplateNotFound(template_id) from None
     rendered = compiled.render(dict(request.substitution_data))
     text = rendered.body_text or None
     html = rendered.body_html or None
     if text is None and html is None:
-        raise ValidationFailed(
-            f"templateId: template {template_id!r} renders no body.",
-            {"templateId": ["The template renders no body."]},
-        )
+        raise InvalidInput("template_id", f"Template {template_id!r} renders no body.")
     subject = request.message.subject
     if not subject:
         if not rendered.subject or not rendered.subject.strip():
-            raise ValidationFailed(
-                "subject: Missing, and the template has no subject.",
-                {"subject": ["Missing data for required field."]},
-            )
+            raise InvalidInput("subject", "Missing, and the template has no subject.")
         subject = rendered.subject.strip()
     return replace(request.message, subject=subject, text=text, html=html)
 
@@ -56,8 +50,8 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
 def accept_transmission(account: Account, request: TransmissionRequest, config: Config) -> str:
     """Queue the requested message; returns its transmission id once it is durably stored.
 
-    Raises ``PayloadTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
-    unknown template, ``ValidationFailed`` when the template leaves the message without a body
+    Raises ``MessageTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
+    unknown template, ``InvalidInput`` when the template leaves the message without a body
     or subject, ``SenderNotAllowed`` / ``RecipientNotAuthorized`` when a sandbox account breaks
     the sandbox rules. Nothing is queued when it raises.
     """
@@ -65,9 +59,7 @@ def accept_transmission(account: Account, request: TransmissionRequest, config: 
     if request.template_id is not None:
         message = _render_template(account, request)
     if message.content_size() > config.max_message_bytes:
-        raise PayloadTooLarge(
-            f"The message is larger than the {config.max_message_bytes} bytes accepted."
-        )
+        raise MessageTooLarge(config.max_message_bytes)
     check_sender(account, message.sender.email, config)
     check_recipients(
         account,

@@ -182,31 +182,21 @@ def sender_allowed(account: Account, sender: str, config: Config) -> bool:
 def check_sender(account: Account, sender: str, config: Config) -> None:
     """``SenderNotAllowed`` unless ``sender_allowed``."""
     if not sender_allowed(account, sender, config):
-        raise SenderNotAllowed(
-            f"from.email: sandbox accounts send from {config.sandbox_sender} only.",
-            {"from": {"email": [f"Sandbox accounts send from {config.sandbox_sender} only."]}},
-        )
+        raise SenderNotAllowed(sender, config.sandbox_sender)
 
 
-def check_recipients(account: Account, fields: dict[str, list[str]]) -> None:
+def check_recipients(account: Account, recipients: dict[str, list[str]]) -> None:
     """``RecipientNotAuthorized`` listing every address, by field, that a sandbox account may
-    not send to. ``fields`` maps ``to``/``cc``/``bcc`` to addresses."""
+    not send to. ``recipients`` maps a kind (to, cc, bcc) to addresses."""
     if not account.is_sandbox:
         return
-    allowed = verified_addresses(account, (a for addrs in fields.values() for a in addrs))
-    errors: dict[str, dict[str, dict[str, list[str]]]] = {}
-    offending = []
-    for field, addresses in fields.items():
-        for index, address in enumerate(addresses):
-            if address.lower() not in allowed:
-                offending.append(address)
-                errors.setdefault(field, {})[str(index)] = {
-                    "email": ["Not a verified authorized recipient of this sandbox account."]
-                }
+    allowed = verified_addresses(account, (a for addrs in recipients.values() for a in addrs))
+    offending = {
+        kind: [
+            (i, address) for i, address in enumerate(addresses) if address.lower() not in allowed
+        ]
+        for kind, addresses in recipients.items()
+    }
+    offending = {kind: pairs for kind, pairs in offending.items() if pairs}
     if offending:
-        raise RecipientNotAuthorized(
-            "Not verified authorized recipients of this sandbox account: "
-            + ", ".join(dict.fromkeys(offending))
-            + ".",
-            errors,
-        )
+        raise RecipientNotAuthorized(offending)

@@ -91,14 +91,11 @@ def handle_http_exception(error: HTTPException) -> flask.Response:
 
 
 def handle_domain_error(error: domain.LayangError) -> flask.Response:
+    """A refusal the page did not handle itself: what was asked for is missing, or not
+    acceptable as given."""
     if isinstance(error, domain.NotFound):
         return not_found()
-    if isinstance(error, domain.ServiceUnavailable):
-        return unavailable()
-    if error.status >= 500:
-        log.error("page failed path=%s error=%s", request.path, error.message)
-        return page(error.status, "Something went wrong; it has been logged.")
-    return page(error.status, error.message)
+    return page(400, error.message)
 
 
 def unavailable() -> flask.Response:
