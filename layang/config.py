@@ -114,7 +114,7 @@ class Config:
     max_message_bytes: int = _setting("LAYANG_MAX_MESSAGE_BYTES", _integer, default=26214400)
     http_workers: int = _setting("LAYANG_HTTP_WORKERS", _integer, default_factory=_http_workers)
     worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)
-    worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=50)
+    worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=500)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
     worker_metrics_bind: str = _setting("LAYANG_WORKER_METRICS_BIND", _bind, default="")

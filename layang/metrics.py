@@ -16,7 +16,13 @@ import time
 from collections.abc import Iterable, Iterator
 
 import peewee
-from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from layang.clock import now_ms
@@ -39,6 +45,7 @@ RELAY_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 # API process does not report an always-empty relay histogram.
 PROCESS_REGISTRY = CollectorRegistry()
 _relay_latency: Histogram | None = None
+_recorded_outcomes: Counter | None = None
 _relay_lock = threading.Lock()
 
 
@@ -55,6 +62,21 @@ def relay_latency() -> Histogram:
                     registry=PROCESS_REGISTRY,
                 )
     return _relay_latency
+
+
+def recorded_outcomes() -> Counter:
+    """This process's count of recorded delivery outcomes by status, registered on use."""
+    global _recorded_outcomes
+    if _recorded_outcomes is None:
+        with _relay_lock:
+            if _recorded_outcomes is None:
+                _recorded_outcomes = Counter(
+                    "layang_worker_outcomes",
+                    "Delivery outcomes this worker process recorded, by status.",
+                    ["status"],
+                    registry=PROCESS_REGISTRY,
+                )
+    return _recorded_outcomes
 
 
 @contextlib.contextmanager

@@ -92,7 +92,7 @@ def relay_to(config: Config) -> Callable[[Upstream], Worker]:
 
     yield make
     for worker in workers:
-        worker.relay.close()
+        worker.close()
 
 
 def drain(worker: Worker, until: Callable[[], bool] | None = None, timeout: float = 10) -> None:

@@ -31,7 +31,7 @@ DOCUMENTED = {
     "lease_seconds": 60,
     "max_message_bytes": 26214400,
     "http_workers": 2 * (os.cpu_count() or 1) + 1,
-    "worker_batch_size": 50,
+    "worker_batch_size": 500,
     "worker_poll_seconds": 0.5,
     "log_level": "INFO",
     "log_format": "text",

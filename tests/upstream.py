@@ -155,6 +155,9 @@ class Upstream:
         self._connections = 0
         self._stalled = False
         self._in_stall = threading.Event()
+        self.data_delay = 0.0
+        self._slow: dict[str, float] = {}
+        self._hung: set[str] = set()
         self._sessions: set[_TrackedSMTP] = set()  # touched only on the server's loop
         self._controller: _Controller | None = None
         self.start()
@@ -235,14 +238,31 @@ class Upstream:
         with self._lock:
             self._data_script.extend(replies)
 
+    def slow_down(self, seconds: float, *addresses: str) -> None:
+        """Answer the end of DATA only after ``seconds``: for messages to ``addresses``, or
+        for every message when none are named."""
+        if addresses:
+            with self._lock:
+                self._slow.update({address.lower(): seconds for address in addresses})
+        else:
+            self.data_delay = seconds
+
+    def hang(self, *addresses: str) -> None:
+        """Hold the end of DATA of messages to ``addresses`` until ``release``; others go on."""
+        self._in_stall.clear()
+        with self._lock:
+            self._hung.update(address.lower() for address in addresses)
+
     def stall(self) -> None:
         """Hold every end of DATA, without answering, until ``release``."""
         self._in_stall.clear()
         self._stalled = True
 
     def release(self) -> None:
-        """Let stalled DATA commands be answered."""
+        """Let stalled and hung DATA commands be answered."""
         self._stalled = False
+        with self._lock:
+            self._hung.clear()
 
     def wait_stalled(self, timeout: float = 10) -> bool:
         """Whether a DATA got held by ``stall`` within ``timeout`` seconds."""
@@ -291,11 +311,19 @@ class Upstream:
             with self._lock:
                 self._connections += 1
 
-    async def _hold(self) -> None:
-        if self._stalled:
+    async def _hold(self, recipients: list[str]) -> None:
+        keys = [r.lower() for r in recipients]
+        with self._lock:
+            delay = max([self.data_delay, *(self._slow.get(k, 0.0) for k in keys)])
+        if delay:
+            await asyncio.sleep(delay)
+        while self._stalled or self._is_hung(keys):
             self._in_stall.set()
-            while self._stalled:
-                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)
+
+    def _is_hung(self, keys: list[str]) -> bool:
+        with self._lock:
+            return any(k in self._hung for k in keys)
 
     def _accept(self, received: Received) -> None:
         with self._arrived:
@@ -405,7 +433,7 @@ class _Handler:
         upstream._note("DATA", envelope.mail_from or "")
         with upstream._lock:
             upstream.data_seen.append(data)
-        await upstream._hold()
+        await upstream._hold(list(envelope.rcpt_tos))
         reply = upstream._next(upstream._data_script, DEFAULT_DATA)
         if reply.startswith("2"):
             transport = server.transport

@@ -7,6 +7,7 @@ batch to another once the lease runs out.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -15,7 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from layang.clock import iso_ms, now_ms
-from layang.db import insert_atomically, is_postgresql, new_id, write_transaction
+from layang.db import (
+    database,
+    insert_atomically,
+    insert_rows,
+    is_postgresql,
+    new_id,
+    write_transaction,
+)
 from layang.models import (
     BOUNCE,
     DELAY,
@@ -27,7 +35,7 @@ from layang.models import (
     Transmission,
 )
 from layang.sending.message import OutgoingMessage, domain_of
-from layang.sending.relay import RecipientResult
+from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 
 log = logging.getLogger("layang.outbox")
 
@@ -152,55 +160,106 @@ def queue_message(
     return transmission_id
 
 
-def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[Recipient]:
+# The worker's statements run on every batch: written once per backend and row count, as plain
+# SQL, because building them with peewee's query builder cost more than running them.
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRecipient:
+    """One email a worker holds under lease: what it needs to send and record it."""
+
+    id: str
+    transmission_id: str
+    address: str
+    attempts: int
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedTransmission:
+    """What the worker needs of a transmission to relay it: the stored message (``payload``)
+    or its finished bytes (``raw``)."""
+
+    id: str
+    mail_from: str
+    message_id: str
+    payload: str | None
+    raw: bytes | None
+
+
+def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[ClaimedRecipient]:
     """Lease up to ``limit`` due recipients to ``owner`` and return them, oldest due first.
 
-    On PostgreSQL concurrent claimers skip each other's locked rows; on SQLite the IMMEDIATE
-    transaction serialises them. Either way no row is handed to two live leases.
+    One statement: on PostgreSQL concurrent claimers skip each other's locked rows (``FOR
+    UPDATE SKIP LOCKED``), on SQLite the statement takes the write lock. Either way no row is
+    handed to two live leases.
     """
     now = now_ms()
-    lease_until = now + int(lease_seconds * 1000)
-    with write_transaction():
-        due = (
-            Recipient.select(Recipient.id)
-            .where(
-                Recipient.next_attempt_at <= now,
-                Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now),
-            )
-            .order_by(Recipient.next_attempt_at)
-            .limit(limit)
-        )
-        if is_postgresql():
-            due = due.for_update(skip_locked=True)
-        ids = [row.id for row in due]
-        if not ids:
-            return []
-        Recipient.update(lease_owner=owner, lease_expires_at=lease_until).where(
-            Recipient.id.in_(ids)
-        ).execute()
-    claimed = list(Recipient.select().where(Recipient.id.in_(ids), Recipient.lease_owner == owner))
-    order = {rid: i for i, rid in enumerate(ids)}
-    claimed.sort(key=lambda r: order[r.id])
-    return claimed
+    cursor = database.execute_sql(
+        _claim_sql(database.obj.param, is_postgresql()),
+        (owner, now + int(lease_seconds * 1000), now, now, limit),
+    )
+    rows = cursor.fetchall()
+    rows.sort(key=lambda row: (row[5], row[0]))
+    return [ClaimedRecipient(*row[:5]) for row in rows]
 
 
-def renew_lease(owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
-    """Extend ``owner``'s lease on ``ids``; returns the ids it still holds."""
-    now = now_ms()
-    with write_transaction():
-        held = {
-            r.id
-            for r in Recipient.select(Recipient.id).where(
-                Recipient.id.in_(list(ids)),
-                Recipient.lease_owner == owner,
-                Recipient.next_attempt_at.is_null(False),
-            )
-        }
-        if held:
-            Recipient.update(lease_expires_at=now + int(lease_seconds * 1000)).where(
-                Recipient.id.in_(list(held))
-            ).execute()
-    return held
+@functools.cache
+def _claim_sql(param: str, postgresql: bool) -> str:
+    lock = " FOR UPDATE SKIP LOCKED" if postgresql else ""
+    return (
+        f'UPDATE "recipient" SET "lease_owner" = {param}, "lease_expires_at" = {param} '
+        f'WHERE "id" IN (SELECT "id" FROM "recipient" WHERE "next_attempt_at" <= {param} '
+        f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < {param}) '
+        f'ORDER BY "next_attempt_at" LIMIT {param}{lock}) '
+        'RETURNING "id", "transmission_id", "address", "attempts", "created_at", '
+        '"next_attempt_at"'
+    )
+
+
+def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
+    """The transmissions ``ids``, by id."""
+    if not ids:
+        return {}
+    marks = ", ".join([database.obj.param] * len(ids))
+    cursor = database.execute_sql(
+        'SELECT "id", "mail_from", "message_id", "payload", "raw" FROM "transmission" '
+        f'WHERE "id" IN ({marks})',
+        list(ids),
+    )
+    return {
+        row[0]: QueuedTransmission(*row[:4], None if row[4] is None else bytes(row[4]))
+        for row in cursor.fetchall()
+    }
+
+
+def renew_leases(owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
+    """Extend ``owner``'s lease on those of ``ids`` it still holds; returns them."""
+    if not ids:
+        return set()
+    param = database.obj.param
+    marks = ", ".join([param] * len(ids))
+    cursor = database.execute_sql(
+        f'UPDATE "recipient" SET "lease_expires_at" = {param} '
+        f'WHERE "lease_owner" = {param} AND "next_attempt_at" IS NOT NULL AND "id" IN ({marks}) '
+        'RETURNING "id"',
+        [now_ms() + int(lease_seconds * 1000), owner, *ids],
+    )
+    return {row[0] for row in cursor.fetchall()}
+
+
+def release(owner: str, ids: Sequence[str]) -> int:
+    """Hand ``ids`` back to the queue at once if ``owner`` still holds them; returns how many."""
+    if not ids:
+        return 0
+    param = database.obj.param
+    marks = ", ".join([param] * len(ids))
+    cursor = database.execute_sql(
+        'UPDATE "recipient" SET "lease_owner" = NULL, "lease_expires_at" = NULL '
+        f'WHERE "lease_owner" = {param} AND "id" IN ({marks})',
+        [owner, *ids],
+    )
+    return cursor.rowcount
 
 
 def release_leases(owner: str) -> int:
@@ -243,71 +302,100 @@ class Attempt:
     without building them again.
     """
 
-    recipients: Sequence[Recipient]
+    recipients: Sequence[ClaimedRecipient]
     results: dict[str, RecipientResult]
     built: tuple[str, bytes] | None = None
 
 
 def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:
     """Store, in one transaction, the outcome of each attempt for every recipient ``owner``
-    still holds.
+    still holds: one UPDATE for all the recipients and one INSERT for all their events.
 
     Returns recipient id → the status recorded. A recipient whose lease was lost to another
     worker is left to that worker (delivery is at-least-once).
     """
     now = now_ms()
-    recorded: dict[str, str] = {}
-    with write_transaction():
-        for attempt in attempts:
-            recorded.update(_record_attempt(owner, attempt, policy, now))
-    return recorded
-
-
-def _record_attempt(owner: str, attempt: Attempt, policy: RetryPolicy, now: int) -> dict[str, str]:
-    recipients, results, built = attempt.recipients, attempt.results, attempt.built
-    recorded: dict[str, str] = {}
-    if built and any(r.outcome == "deferred" for r in results.values()):
-        Transmission.update(raw=built[1]).where(
-            Transmission.id == built[0], Transmission.raw.is_null()
-        ).execute()
-    for recipient in recipients:
-        result = results[recipient.address]
-        attempts = recipient.attempts + 1
-        detail: dict[str, Any] = {
-            "reply": result.reply,
-            "code": result.code,
-            "attempt": attempts,
-        }
-        next_attempt = None
-        if result.outcome == "delivered":
-            status = DELIVERY
-        elif result.outcome == "bounced":
-            status = BOUNCE
-        else:
-            next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
-            if next_attempt is None:
-                status = BOUNCE
-                detail["reason"] = "expired"
-            else:
-                status = DELAY
-                detail["retryAt"] = iso_ms(next_attempt)
-        updated = (
-            Recipient.update(
-                status=status,
-                attempts=attempts,
-                updated_at=now,
-                next_attempt_at=next_attempt,
-                lease_owner=None,
-                lease_expires_at=None,
+    outcomes: list[tuple[str, str, int, int | None]] = []
+    details: dict[str, tuple[str, str]] = {}
+    keep: list[tuple[bytes, str]] = []
+    for attempt in attempts:
+        if attempt.built and any(r.outcome == DEFERRED for r in attempt.results.values()):
+            keep.append((attempt.built[1], attempt.built[0]))
+        for recipient in attempt.recipients:
+            status, next_attempt, detail = _outcome(
+                recipient, attempt.results[recipient.address], policy, now
             )
-            .where(Recipient.id == recipient.id, Recipient.lease_owner == owner)
-            .execute()
+            outcomes.append((recipient.id, status, recipient.attempts + 1, next_attempt))
+            details[recipient.id] = (status, detail)
+    if not outcomes:
+        return {}
+    postgresql = is_postgresql()
+    param = database.obj.param
+    with write_transaction():
+        for raw, transmission_id in keep:
+            database.execute_sql(_KEEP_RAW_SQL.replace("?", param), (raw, transmission_id))
+        cursor = database.execute_sql(
+            _record_sql(param, postgresql, len(outcomes)),
+            [now, *(value for row in outcomes for value in row), owner],
         )
-        if not updated:
-            log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
-            continue
-        Event.insert(
-            recipient=recipient.id, status=status, created_at=now, detail=json.dumps(detail)
-        ).execute()
-        recorded[recipient.id] = status
-    return recorded
+        updated = {row[0] for row in cursor.fetchall()}
+        events = [
+            (rid, status, now, detail)
+            for rid, (status, detail) in details.items()
+            if rid in updated
+        ]
+        insert_rows(Event, EVENT_FIELDS, events)
+    for attempt in attempts:
+        for recipient in attempt.recipients:
+            if recipient.id not in updated:
+                log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
+    return {rid: details[rid][0] for rid in updated}
+
+
+EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
+_KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS NULL'
+
+
+def _outcome(
+    recipient: ClaimedRecipient, result: RecipientResult, policy: RetryPolicy, now: int
+) -> tuple[str, int | None, str]:
+    """(status, next attempt or None, event detail as JSON) for one recipient's result."""
+    attempts = recipient.attempts + 1
+    detail: dict[str, Any] = {"reply": result.reply, "code": result.code, "attempt": attempts}
+    next_attempt = None
+    if result.outcome == DELIVERED:
+        status = DELIVERY
+    elif result.outcome == BOUNCED:
+        status = BOUNCE
+    else:
+        next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
+        if next_attempt is None:
+            status = BOUNCE
+            detail["reason"] = "expired"
+        else:
+            status = DELAY
+            detail["retryAt"] = iso_ms(next_attempt)
+    return status, next_attempt, json.dumps(detail)
+
+
+@functools.lru_cache(maxsize=64)
+def _record_sql(param: str, postgresql: bool, rows: int) -> str:
+    """One UPDATE of ``rows`` recipients from a VALUES list, only where the lease is still
+    held, returning the ids it updated."""
+    if postgresql:
+        row = f"({param}, {param}, {param}::integer, {param}::bigint)"
+        values = f'(VALUES {", ".join([row] * rows)}) AS v("id", "status", "attempts", "next")'
+        columns = ('v."id"', 'v."status"', 'v."attempts"', 'v."next"')
+    else:
+        row = f"({param}, {param}, {param}, {param})"
+        values = f"(VALUES {', '.join([row] * rows)}) AS v"
+        columns = ("v.column1", "v.column2", "v.column3", "v.column4")
+    rid, status, attempts, following = columns
+    # The first parameter is the time of recording, the last the lease owner.
+    return (
+        f'UPDATE "recipient" SET "updated_at" = {param}, "status" = {status}, '
+        f'"attempts" = {attempts}, "next_attempt_at" = {following}, '
+        f'"lease_owner" = NULL, "lease_expires_at" = NULL FROM {values} '
+        f'WHERE "recipient"."id" = {rid} AND "recipient"."lease_owner" = {param} '
+        'RETURNING "recipient"."id"'
+    )

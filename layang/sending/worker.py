@@ -1,7 +1,19 @@
-"""The sender: the only code that talks to the upstream server."""
+"""The sender: the only code that talks to the upstream server.
+
+A worker claims a batch of due emails under a lease, relays them one message after another,
+and hands each outcome to its bookkeeper thread, which records outcomes in batches while the
+next messages go out and keeps the lease of everything the worker holds alive.
+
+Exactly once without a crash: an email is sent only while its lease is held, and the lease is
+renewed (every quarter lease) until its outcome is recorded, however long an SMTP reply takes;
+no other worker can claim it meanwhile. If a message hangs, the rest of the batch is handed back
+so that other workers carry on with it. At least once across crashes: a worker that dies stops
+renewing, and its emails are claimed again once the lease runs out.
+"""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -13,29 +25,35 @@ from collections.abc import Sequence
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
-from layang.metrics import timed_relay
-from layang.models import Recipient, Transmission
+from layang.metrics import recorded_outcomes, timed_relay
 from layang.sending.compose import compose_message
 from layang.sending.message import OutgoingMessage
 from layang.sending.outbox import (
     Attempt,
+    ClaimedRecipient,
+    QueuedTransmission,
     RetryPolicy,
     claim_due_recipients,
+    load_transmissions,
     record_attempts,
+    release,
     release_leases,
-    renew_lease,
+    renew_leases,
 )
 from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
 from layang.sending.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
 
-# Outcomes are recorded in one transaction per this many recipients (or this much time):
-# one commit per message cost as much as the SMTP transaction itself. Should the worker die
-# between a send and the next flush, at most these are sent again by another worker; nothing
-# is ever lost.
-FLUSH_RECIPIENTS = 16
-FLUSH_SECONDS = 0.25
+# A batch holds about this many seconds of sending, so that with a slow upstream several
+# workers share the queue instead of one holding all of it.
+BATCH_SECONDS = 1.0
+FIRST_BATCH = 20
+# An attempt still waiting for its reply after this long (or half the lease, if shorter) hands
+# the rest of its batch back to the queue.
+STALL_SECONDS = 10.0
+# Outcomes waiting to be recorded before the sender pauses for the bookkeeper.
+MAX_UNRECORDED = 2000
 
 
 class Worker:
@@ -47,12 +65,11 @@ class Worker:
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
         self.tracker = Tracker(config.secret_key, config.public_url)
+        self.books = Bookkeeper(self)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
         self.abandoned = False
-        self.pending: list[Attempt] = []
-        self.pending_count = 0
-        self.pending_since: float | None = None
+        self.seconds_per_message = BATCH_SECONDS / FIRST_BATCH
 
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the message in hand before returning."""
@@ -74,43 +91,56 @@ class Worker:
                 if not busy:
                     stop.wait(self.config.worker_poll_seconds)
         finally:
-            self.relay.close()
+            self.close()
             log.info("worker stopped owner=%s", self.owner)
 
+    def close(self) -> None:
+        """Record what is left, stop the bookkeeper and drop the upstream connection."""
+        self.books.stop()
+        self.relay.close()
+
+    def batch_size(self) -> int:
+        """How many emails to claim: about ``BATCH_SECONDS`` of sending at the recent pace."""
+        size = int(BATCH_SECONDS / max(self.seconds_per_message, 1e-6))
+        return max(1, min(size, self.config.worker_batch_size))
+
     def run_once(self, stop: threading.Event | None = None) -> int:
-        """Claim one batch and attempt every email in it; returns how many were claimed."""
+        """Claim one batch and attempt every email in it; returns how many were claimed.
+
+        Returns once every outcome of the batch is recorded (or given up on: see
+        ``Bookkeeper.record``).
+        """
         database.connect(reuse_if_open=True)
         if self.abandoned:
             released = release_leases(self.owner)
             self.abandoned = False
             if released:
                 log.info("released %d emails of a broken-off batch", released)
-        lease = self.config.lease_seconds
-        claimed = claim_due_recipients(self.owner, self.config.worker_batch_size, lease)
-        groups: dict[str, list[Recipient]] = {}
+        claimed = claim_due_recipients(self.owner, self.batch_size(), self.config.lease_seconds)
+        if not claimed:
+            return 0
+        groups: dict[str, list[ClaimedRecipient]] = {}
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
-        transmissions = {
-            t.id: t for t in Transmission.select().where(Transmission.id.in_(list(groups)))
-        }
-        leased_at = time.monotonic()
+        transmissions = load_transmissions(list(groups))
+        self.books.hold(list(groups.values()))
+        started = time.monotonic()
+        sent = 0
         try:
-            for transmission_id, recipients in groups.items():
-                if stop is not None and stop.is_set():
-                    break  # the unsent rest goes back to the queue when the lease runs out
-                if time.monotonic() - leased_at > lease / 2:
-                    self.flush()
-                    held = renew_lease(self.owner, [r.id for r in recipients], lease)
-                    recipients = [r for r in recipients if r.id in held]
-                    leased_at = time.monotonic()
-                    if not recipients:
-                        continue
-                self.deliver(transmissions[transmission_id], recipients)
+            while (group := self.books.next_group(stop)) is not None:
+                self.deliver(transmissions[group[0].transmission_id], group)
+                sent += len(group)
         finally:
-            self.flush()
+            self.books.hand_back_queued()
+            self.books.wait_recorded()
+        if sent:
+            pace = (time.monotonic() - started) / sent
+            self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * pace
         return len(claimed)
 
-    def deliver(self, transmission: Transmission, recipients: Sequence[Recipient]) -> None:
+    def deliver(
+        self, transmission: QueuedTransmission, recipients: Sequence[ClaimedRecipient]
+    ) -> None:
         message = None
         if transmission.raw is None:
             try:
@@ -127,18 +157,17 @@ class Worker:
 
     def attempt(
         self,
-        transmission: Transmission,
-        recipients: Sequence[Recipient],
+        transmission: QueuedTransmission,
+        recipients: Sequence[ClaimedRecipient],
         message: OutgoingMessage | None,
         *,
         tracked: bool,
     ) -> None:
         """One delivery attempt of one copy of the message to ``recipients``."""
-        addresses = [r.address for r in recipients]
         built = None
         try:
             if message is None:
-                raw = bytes(transmission.raw)
+                raw = transmission.raw
             elif tracked:
                 raw = compose_message(
                     self.tracked_message(message, recipients[0].id), transmission.message_id
@@ -149,68 +178,25 @@ class Worker:
         except Exception as error:
             self.unbuildable(transmission, recipients, error)
             return
-        with timed_relay():
+        addresses = [r.address for r in recipients]
+        with self.books.in_flight(), timed_relay():
             result = self.relay.send(
                 transmission.mail_from, addresses, raw, reference=transmission.id
             )
-        self.add_pending(Attempt(recipients, result.by_recipient(), built))
+        self.books.add(Attempt(recipients, result.by_recipient(), built))
 
     def unbuildable(
-        self, transmission: Transmission, recipients: Sequence[Recipient], error: Exception
+        self,
+        transmission: QueuedTransmission,
+        recipients: Sequence[ClaimedRecipient],
+        error: Exception,
     ) -> None:
         """A message that cannot be built never will be: it bounces at once with the reason,
         rather than being retried for days."""
         log.error("could not build message tid=%s: %s", transmission.id, error)
         reply = f"message could not be built: {error}"
         results = {r.address: RecipientResult(r.address, 0, reply, BOUNCED) for r in recipients}
-        self.add_pending(Attempt(recipients, results))
-
-    def add_pending(self, attempt: Attempt) -> None:
-        self.pending.append(attempt)
-        self.pending_count += len(attempt.recipients)
-        if self.pending_since is None:
-            self.pending_since = time.monotonic()
-        if (
-            self.pending_count >= FLUSH_RECIPIENTS
-            or time.monotonic() - self.pending_since >= FLUSH_SECONDS
-        ):
-            self.flush()
-
-    def flush(self) -> None:
-        """Record the outcomes of the attempts made since the last flush, in one transaction."""
-        if not self.pending:
-            return
-        attempts, self.pending = self.pending, []
-        self.pending_count, self.pending_since = 0, None
-        recorded = self.record(attempts)
-        for attempt in attempts:
-            for recipient in attempt.recipients:
-                if recipient.id in recorded:
-                    log.info(
-                        "%s tid=%s rid=%s rcpt=%s reply=%s",
-                        recorded[recipient.id].lower(),
-                        recipient.transmission_id,
-                        recipient.id,
-                        recipient.address,
-                        json.dumps(attempt.results[recipient.address].reply),
-                    )
-
-    def record(self, attempts: Sequence[Attempt]) -> dict[str, str]:
-        """``record_attempts``, retried through a database outage for up to one lease.
-
-        The mail has already gone out: recording it late beats sending it again once the lease
-        runs out. Retrying is safe because only the lease holder's rows are updated.
-        """
-        deadline = time.monotonic() + self.config.lease_seconds
-        while True:
-            try:
-                return record_attempts(self.owner, attempts, self.policy)
-            except UNAVAILABLE_ERRORS as error:
-                if time.monotonic() >= deadline:
-                    raise
-                log.warning("could not record outcome, retrying: %s", error_summary(error))
-                discard_connection()
-                time.sleep(min(1.0, self.config.lease_seconds / 10))
+        self.books.add(Attempt(recipients, results))
 
     def tracked_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:
         html = self.tracker.track_html(
@@ -220,3 +206,220 @@ class Worker:
             clicks=message.click_tracking,
         )
         return message.with_html(html)
+
+
+class Bookkeeper:
+    """The worker's second thread: records outcomes and keeps the worker's leases alive.
+
+    The sender takes groups from ``next_group`` and hands outcomes to ``add``; everything the
+    worker holds (queued, in flight, sent but not yet recorded) is renewed every quarter lease.
+    Queued groups are handed back when an attempt hangs, or when renewing has failed for so long
+    that the lease may have run out, so that an email is never started without a live lease.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.lease = worker.config.lease_seconds
+        self.lock = threading.Condition()
+        self.queued: collections.deque[list[ClaimedRecipient]] = collections.deque()
+        self.unrecorded: list[Attempt] = []
+        self.recording = 0  # recipients being recorded right now
+        self.held: set[str] = set()
+        self.attempt_started: float | None = None
+        self.renewed_at = 0.0
+        self.thread: threading.Thread | None = None
+        self.stopping = False
+
+    # -- the sender's side ------------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        # Called with the lock held. The thread ends by itself once it holds nothing (see
+        # ``run``), so an idle worker, or one only used by tests, keeps no thread around.
+        if self.thread is None:
+            self.stopping = False
+            self.thread = threading.Thread(
+                target=self.run, name=f"bookkeeper-{self.worker.owner}", daemon=True
+            )
+            self.thread.start()
+
+    def stop(self) -> None:
+        """Record what is pending, then end the thread."""
+        with self.lock:
+            self.stopping = True
+            thread = self.thread
+            self.lock.notify_all()
+        if thread is not None:
+            thread.join(self.lease + 5)
+
+    def hold(self, groups: list[list[ClaimedRecipient]]) -> None:
+        with self.lock:
+            self._ensure_thread()
+            self.queued.extend(groups)
+            self.held.update(r.id for group in groups for r in group)
+            self.renewed_at = time.monotonic()  # the claim itself set the lease
+
+    def next_group(self, stop: threading.Event | None) -> list[ClaimedRecipient] | None:
+        """The next group to send, or None when the batch is done (or handed back)."""
+        with self.lock:
+            while len(self.unrecorded) >= MAX_UNRECORDED and not self.stopping:
+                self.lock.wait(0.1)
+            if stop is not None and stop.is_set():
+                return None
+            if time.monotonic() - self.renewed_at > self.lease / 2:
+                return None  # the lease may lapse before this attempt ends: leave it
+            return self.queued.popleft() if self.queued else None
+
+    def in_flight(self) -> _InFlight:
+        return _InFlight(self)
+
+    def add(self, attempt: Attempt) -> None:
+        with self.lock:
+            self._ensure_thread()
+            self.unrecorded.append(attempt)
+            self.lock.notify_all()
+
+    def hand_back_queued(self) -> None:
+        """Release the groups the sender will not get to (stopped, or the lease is in doubt)."""
+        with self.lock:
+            groups, self.queued = list(self.queued), collections.deque()
+            ids = [r.id for group in groups for r in group]
+            self.held.difference_update(ids)
+        if ids:
+            self._release(ids)
+
+    def wait_recorded(self) -> None:
+        """Block until every outcome handed over is recorded or given up on."""
+        with self.lock:
+            while (self.unrecorded or self.recording) and self.thread is not None:
+                self.lock.wait(0.05)
+
+    # -- the bookkeeper's thread -------------------------------------------------------------
+
+    def run(self) -> None:
+        interval = self.lease / 4
+        next_renewal = time.monotonic() + interval
+        try:
+            while True:
+                with self.lock:
+                    while not self.unrecorded and not self.stopping:
+                        if not self.held and not self.queued:
+                            self.thread = None  # nothing to keep alive: end, see add/hold
+                            return
+                        if time.monotonic() >= next_renewal or self._stalled():
+                            break
+                        self.lock.wait(min(0.05, interval))
+                    batch, self.unrecorded = self.unrecorded, []
+                    self.recording = sum(len(a.recipients) for a in batch)
+                    if self.stopping and not batch:
+                        self.thread = None
+                        return
+                if batch:
+                    self.record(batch)
+                if self._stalled():
+                    self.hand_back_queued()
+                if time.monotonic() >= next_renewal:
+                    self.renew()
+                    next_renewal = time.monotonic() + interval
+        finally:
+            discard_connection()
+            with self.lock:
+                self.lock.notify_all()
+
+    def _stalled(self) -> bool:
+        started = self.attempt_started
+        limit = min(STALL_SECONDS, self.lease / 2)
+        return started is not None and time.monotonic() - started > limit and bool(self.queued)
+
+    def renew(self) -> None:
+        with self.lock:
+            ids = list(self.held)
+        if not ids:
+            return
+        try:
+            database.connect(reuse_if_open=True)
+            held = renew_leases(self.worker.owner, ids, self.lease)
+        except UNAVAILABLE_ERRORS as error:
+            log.warning("could not renew leases: %s", error_summary(error))
+            discard_connection()
+            return
+        with self.lock:
+            self.renewed_at = time.monotonic()
+            lost = set(ids) - held
+            if lost:
+                # Another worker took these over (this one was presumed dead): leave them.
+                log.warning("lost the lease of %d emails", len(lost))
+                self.held.difference_update(lost)
+                self.queued = collections.deque(
+                    kept for group in self.queued if (kept := [r for r in group if r.id in held])
+                )
+
+    def record(self, attempts: list[Attempt]) -> None:
+        """``record_attempts``, retried through a database outage for up to one lease.
+
+        The mail has already gone out: recording it late beats sending it again once the lease
+        runs out. Retrying is safe because only the lease holder's rows are updated.
+        """
+        deadline = time.monotonic() + self.lease
+        recorded: dict[str, str] = {}
+        while True:
+            try:
+                database.connect(reuse_if_open=True)
+                recorded = record_attempts(self.worker.owner, attempts, self.worker.policy)
+                break
+            except UNAVAILABLE_ERRORS as error:
+                discard_connection()
+                if time.monotonic() >= deadline:
+                    log.error("gave up recording %d outcomes: %s", len(attempts), error)
+                    self.worker.abandoned = True
+                    break
+                log.warning("could not record outcomes, retrying: %s", error_summary(error))
+                time.sleep(min(1.0, self.lease / 10))
+            except Exception:
+                log.exception("could not record outcomes")
+                self.worker.abandoned = True
+                break
+        ids = [r.id for attempt in attempts for r in attempt.recipients]
+        with self.lock:
+            self.held.difference_update(ids)
+            self.recording = 0
+            self.lock.notify_all()
+        counts = collections.Counter(recorded.values())
+        for status, count in counts.items():
+            recorded_outcomes().labels(status).inc(count)
+        if log.isEnabledFor(logging.DEBUG):
+            for attempt in attempts:
+                for r in attempt.recipients:
+                    if r.id in recorded:
+                        log.debug(
+                            "%s tid=%s rid=%s rcpt=%s reply=%s",
+                            recorded[r.id].lower(),
+                            r.transmission_id,
+                            r.id,
+                            r.address,
+                            json.dumps(attempt.results[r.address].reply),
+                        )
+
+    def _release(self, ids: list[str]) -> None:
+        try:
+            database.connect(reuse_if_open=True)
+            released = release(self.worker.owner, ids)
+        except UNAVAILABLE_ERRORS as error:
+            # The lease runs out by itself; another worker takes them then.
+            log.warning("could not hand back %d emails: %s", len(ids), error_summary(error))
+            discard_connection()
+            return
+        if released:
+            log.info("handed back %d emails to the queue", released)
+
+
+class _InFlight:
+    """Marks the time an attempt started, so a hanging one can be noticed."""
+
+    def __init__(self, books: Bookkeeper) -> None:
+        self.books = books
+
+    def __enter__(self) -> None:
+        self.books.attempt_started = time.monotonic()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.books.attempt_started = None

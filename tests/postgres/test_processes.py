@@ -114,6 +114,7 @@ def test_worker_exposes_its_relay_latency_and_logs_json(config, upstream, queue_
         LAYANG_RELAY_URL=upstream.url,
         LAYANG_WORKER_METRICS_BIND=f"127.0.0.1:{port}",
         LAYANG_LOG_FORMAT="json",
+        LAYANG_LOG_LEVEL="DEBUG",
     )
     queue_many(5)
     log_path = tmp_path / "worker.log"
@@ -121,12 +122,17 @@ def test_worker_exposes_its_relay_latency_and_logs_json(config, upstream, queue_
     try:
         wait_until(all_delivered, 30, log_path.read_text())
         wait_until(lambda: "layang_relay_latency_seconds_count 5.0" in _get(port), 10, _get(port))
+        wait_until(
+            lambda: 'layang_worker_outcomes_total{status="Delivery"} 5.0' in _get(port),
+            10,
+            _get(port),
+        )
     finally:
         stop(worker)
     entries = [json.loads(line) for line in log_path.read_text().splitlines()]
     deliveries = [e for e in entries if e["message"].startswith("delivery ")]
     assert len(deliveries) == 5
-    assert all(e["level"] == "INFO" and e["logger"] == "layang.worker" for e in deliveries)
+    assert all(e["level"] == "DEBUG" and e["logger"] == "layang.worker" for e in deliveries)
     assert all(e["tid"] and e["rid"] and e["reply"].startswith("250") for e in deliveries)
 
 

@@ -40,7 +40,12 @@ def wait_started(paths, timeout=30):
 
 
 def test_three_workers_deliver_every_message_exactly_once(config, upstream, queue_many, tmp_path):
-    env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_BATCH_SIZE=10)
+    env = process_env(
+        config,
+        LAYANG_RELAY_URL=upstream.url,
+        LAYANG_WORKER_BATCH_SIZE=10,
+        LAYANG_LOG_LEVEL="DEBUG",  # a line per delivery tells which worker sent it
+    )
     logs = [tmp_path / f"w{n}.log" for n in range(WORKERS)]
     workers = [start(["worker"], env, log) for log in logs]
     try:
