@@ -1,41 +1,67 @@
 """Relay rate: one `layang worker` process against a raw smtplib loop, to the same local sink.
 
-Both send N text+HTML messages over one reused connection to an aiosmtpd sink running in its
-own process. The raw loop sends pre-built bytes; the worker claims, builds, sends and records.
+For each queue size (default 5,000 and 50,000) a fresh database is filled with that many
+text+HTML messages, then:
 
-    python bench/relay.py [--messages 2000] [--database-url URL]
+- the raw loop sends the same number of pre-built messages over one reused smtplib connection
+  (no database, no composing: the floor of what any Python sender can do);
+- one worker process claims, builds, sends and records them all, over one connection.
+
+Printed: both rates and their ratio, the worker's rate for each successive 1,000 messages (flat
+means no cost grows with the queue), and CPU time per message of the worker process, of the sink
+and of the whole machine during the worker's run (the database's share is inside the worker on
+SQLite; on PostgreSQL it is in the machine figure). The sink is Postfix's `smtp-sink` when
+installed (Debian: `apt-get install postfix`; it offers PIPELINING), else an aiosmtpd sink.
+
+    python bench/relay.py [--sizes 5000,50000] [--database-url URL] [--sink auto|smtp-sink|aiosmtpd]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import smtplib
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
-from layang.db import open_database  # noqa: E402
+from layang.db import database, open_database  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
-from layang.models import Recipient  # noqa: E402
 from layang.sending.compose import compose_message  # noqa: E402
 from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
 
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
+TABLES = ("event", "recipient", "transmission", "api_key", "account")
+_DELIVERED = re.compile(r'layang_worker_outcomes_total\{status="Delivery"\} ([0-9.e+]+)')
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
 
 
 def start_sink(port: int) -> subprocess.Popen:
@@ -48,78 +74,150 @@ def start_sink(port: int) -> subprocess.Popen:
     return sink
 
 
+def start_any_sink(port: int, choice: str = "auto") -> tuple[subprocess.Popen, str]:
+    """Postfix's smtp-sink if installed (and not ruled out), else the aiosmtpd sink; returns
+    (process, name)."""
+    binary = shutil.which("smtp-sink", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+    if choice == "smtp-sink" and binary is None:
+        raise SystemExit("smtp-sink is not installed (apt-get install postfix)")
+    if binary is None or choice == "aiosmtpd":
+        return start_sink(port), "aiosmtpd sink (bench/smtp_sink.py)"
+    # smtp-sink drops privileges and insists on being told to whom when started as root.
+    user = ["-u", "nobody"] if os.geteuid() == 0 else []
+    sink = subprocess.Popen(
+        [binary, *user, f"127.0.0.1:{port}", "256"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_port(port)
+    return sink, "Postfix smtp-sink"
+
+
+def message(n: int) -> OutgoingMessage:
+    return OutgoingMessage(
+        sender=Mailbox("shop@sender.example", "Shop"),
+        subject=f"layang {n}",
+        to=(Mailbox(f"r{n}@rcpt.example"),),
+        text=TEXT,
+        html=HTML,
+        date_ms=1_700_000_000_000,
+    )
+
+
 def raw_rate(port: int, count: int) -> float:
-    messages = [
-        compose_message(
-            OutgoingMessage(
-                sender=Mailbox("shop@sender.example"),
-                subject=f"raw {n}",
-                to=(Mailbox(f"r{n}@rcpt.example"),),
-                text=TEXT,
-                html=HTML,
-                date_ms=1_700_000_000_000,
-            ),
-            f"<raw{n}@sender.example>",
-        )
-        for n in range(count)
-    ]
+    messages = [compose_message(message(n), f"<raw{n}@sender.example>") for n in range(count)]
     started = time.perf_counter()
     with smtplib.SMTP("127.0.0.1", port, local_hostname="bench.local") as smtp:
-        for n, message in enumerate(messages):
-            smtp.sendmail("shop@sender.example", [f"r{n}@rcpt.example"], message)
+        for n, data in enumerate(messages):
+            smtp.sendmail("shop@sender.example", [f"r{n}@rcpt.example"], data)
     return count / (time.perf_counter() - started)
 
 
 def fill(config: Config, count: int) -> None:
-    from layang.api.transmissions import TransmissionRequestSchema
+    """Queue ``count`` messages through the domain's intake, in one transaction."""
     from layang.domain import accounts
-    from layang.domain.intake import accept_transmission
+    from layang.domain.intake import TransmissionRequest, accept_transmission
 
-    account = accounts.create_account("bench", live=True)
-    schema = TransmissionRequestSchema()
-    for n in range(count):
-        request = schema.load(
-            {
-                "from": {"email": "shop@sender.example", "name": "Shop"},
-                "subject": f"layang {n}",
-                "to": [{"email": f"r{n}@rcpt.example"}],
-                "bodyText": TEXT,
-                "bodyHtml": HTML,
-            }
-        )
-        accept_transmission(account, request, config)
+    account = accounts.create_account(f"bench{time.monotonic_ns()}", live=True)
+    with database.atomic():
+        for n in range(count):
+            accept_transmission(account, TransmissionRequest(message(n)), config)
 
 
-def delivered() -> int:
-    return Recipient.select().where(Recipient.status == "Delivery").count()
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def worker_rate(config: Config, env: dict[str, str], count: int) -> float:
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has been busy (all cores, not idle or waiting)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def delivered_so_far(metrics_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as r:
+            match = _DELIVERED.search(r.read().decode())
+    except OSError:
+        return 0
+    return int(float(match.group(1))) if match else 0
+
+
+def worker_run(env: dict[str, str], count: int, sink_pid: int) -> dict[str, object]:
+    """Start one worker on the filled queue; its rate, per-1,000 rates and CPU use."""
+    metrics_port = free_port()
     worker = subprocess.Popen(
         [sys.executable, "-m", "layang", "worker"],
         cwd=ROOT,
-        env=env,
+        env={**env, "LAYANG_WORKER_METRICS_BIND": f"127.0.0.1:{metrics_port}"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    samples: list[tuple[float, int]] = []
     try:
-        while (start_count := delivered()) == 0:
+        while delivered_so_far(metrics_port) == 0:
+            if worker.poll() is not None:
+                raise SystemExit("the worker exited")
             time.sleep(0.01)
-        started = time.perf_counter()
-        while (done := delivered()) < count:
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - started
+        cpu_worker, cpu_sink = process_cpu(worker.pid), process_cpu(sink_pid)
+        cpu_machine = machine_cpu()
+        while True:
+            done = delivered_so_far(metrics_port)
+            samples.append((time.perf_counter(), done))
+            if done >= count:
+                break
+            time.sleep(0.05)
+        cpu_worker = process_cpu(worker.pid) - cpu_worker
+        cpu_sink = process_cpu(sink_pid) - cpu_sink
+        cpu_machine = machine_cpu() - cpu_machine
     finally:
         worker.terminate()
         worker.wait()
-    return (done - start_count) / elapsed
+    (t0, n0), (t1, n1) = samples[0], samples[-1]
+    return {
+        "rate": (n1 - n0) / (t1 - t0),
+        "per_thousand": per_thousand(samples),
+        "cpu_ms": {
+            "worker": cpu_worker * 1000 / (n1 - n0),
+            "sink": cpu_sink * 1000 / (n1 - n0),
+            "machine": cpu_machine * 1000 / (n1 - n0),
+        },
+    }
+
+
+def per_thousand(samples: list[tuple[float, int]]) -> list[float]:
+    """The rate over each successive 1,000 deliveries, from (time, delivered) samples."""
+    rates = []
+    mark, mark_time = samples[0][1], samples[0][0]
+    for when, done in samples[1:]:
+        while done >= mark + 1000:
+            # The moment the count crossed mark + 1000, assuming a steady pace between samples.
+            rates.append(1000 / max(when - mark_time, 1e-9))
+            mark, mark_time = mark + 1000, when
+    return rates
+
+
+def reset(database_url: str, data_dir: Path) -> None:
+    if database_url.startswith("postgres"):
+        database.execute_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    else:
+        database.close()
+        for path in data_dir.glob("layang.db*"):
+            path.unlink()
+        open_database(database_url)
+        upgrade()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--sizes", default="5000,50000")
     parser.add_argument("--database-url", default="")
+    parser.add_argument("--sink", choices=("auto", "smtp-sink", "aiosmtpd"), default="auto")
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")]
 
     tmp = Path(tempfile.mkdtemp(prefix="layang-relay-"))
     port = free_port()
@@ -129,26 +227,42 @@ def main() -> None:
         LAYANG_RELAY_URL=f"smtp://127.0.0.1:{port}?tls=off",
         LAYANG_LOG_LEVEL="WARNING",
         LAYANG_SECRET_KEY="bench",
-        LAYANG_WORKER_BATCH_SIZE="100",
     )
     if args.database_url:
         env["LAYANG_DATABASE_URL"] = args.database_url
     config = Config.from_env(env, dotenv=False)
     open_database(config.database_url)
     upgrade()
-    fill(config, args.messages)
+    backend = "PostgreSQL" if config.database_url.startswith("postgres") else "SQLite"
 
-    sink = start_sink(port)
+    sink, sink_name = start_any_sink(port, args.sink)
     try:
-        raw = raw_rate(port, args.messages)
-        layang = worker_rate(config, env, args.messages)
+        for size in sizes:
+            reset(config.database_url, tmp)
+            fill(config, size)
+            raw = raw_rate(port, size)
+            run = worker_run(env, size, sink.pid)
+            rates = run["per_thousand"]
+            cpu = run["cpu_ms"]
+            print(f"{size} queued text+html messages, {backend}, {sink_name}, one connection each")
+            print(f"  raw smtplib loop (pre-built bytes): {raw:8.1f} msg/s")
+            print(f"  one layang worker:                  {run['rate']:8.1f} msg/s")
+            print(f"  ratio worker/raw: {run['rate'] / raw:.2f}")
+            if rates:
+                third = max(len(rates) // 3, 1)
+                print(
+                    f"  per 1,000: first {rates[0]:.0f}, median {statistics.median(rates):.0f}, "
+                    f"last {rates[-1]:.0f} msg/s; last third / first third: "
+                    f"{statistics.mean(rates[-third:]) / statistics.mean(rates[:third]):.2f}"
+                )
+            print(
+                f"  CPU per message: worker {cpu['worker']:.3f} ms, sink {cpu['sink']:.3f} ms, "
+                f"whole machine {cpu['machine']:.3f} ms"
+            )
     finally:
         sink.terminate()
         sink.wait()
-    print(f"{args.messages} text+html messages to a local aiosmtpd sink, one connection each")
-    print(f"raw smtplib loop (pre-built bytes): {raw:8.1f} msg/s")
-    print(f"one layang worker:                  {layang:8.1f} msg/s")
-    print(f"ratio worker/raw: {layang / raw:.2f}")
+        database.close()
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.relay import fill, free_port, raw_rate, start_sink  # noqa: E402
+from bench.relay import fill, free_port, raw_rate, start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
@@ -55,36 +53,6 @@ def admin(url: str, sql: str) -> None:
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on port {port}")
-
-
-def start_any_sink(port: int, choice: str = "auto") -> tuple[subprocess.Popen, str]:
-    """Postfix's smtp-sink if installed (and not ruled out), else the aiosmtpd sink; returns
-    (process, name)."""
-    binary = shutil.which("smtp-sink", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
-    if choice == "smtp-sink" and binary is None:
-        raise SystemExit("smtp-sink is not installed (apt-get install postfix)")
-    if binary is None or choice == "aiosmtpd":
-        return start_sink(port), "aiosmtpd sink (bench/smtp_sink.py)"
-    # smtp-sink drops privileges and insists on being told to whom when started as root.
-    user = ["-u", "nobody"] if os.geteuid() == 0 else []
-    sink = subprocess.Popen(
-        [binary, *user, f"127.0.0.1:{port}", "256"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_port(port)
-    return sink, "Postfix smtp-sink"
 
 
 def delivered() -> int:

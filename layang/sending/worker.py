@@ -48,12 +48,17 @@ log = logging.getLogger("layang.worker")
 # A batch holds about this many seconds of sending, so that with a slow upstream several
 # workers share the queue instead of one holding all of it.
 BATCH_SECONDS = 1.0
-FIRST_BATCH = 20
+FIRST_BATCH = 10
 # An attempt still waiting for its reply after this long (or half the lease, if shorter) hands
 # the rest of its batch back to the queue.
 STALL_SECONDS = 10.0
+# Outcomes are recorded in one transaction once this many recipients wait, or the oldest has
+# waited this long, or the batch is done: recording each on its own would compete with the
+# sender for the interpreter on every message.
+FLUSH_RECIPIENTS = 256
+FLUSH_SECONDS = 0.1
 # Outcomes waiting to be recorded before the sender pauses for the bookkeeper.
-MAX_UNRECORDED = 2000
+MAX_UNRECORDED = 4 * FLUSH_RECIPIENTS
 
 
 class Worker:
@@ -223,6 +228,9 @@ class Bookkeeper:
         self.lock = threading.Condition()
         self.queued: collections.deque[list[ClaimedRecipient]] = collections.deque()
         self.unrecorded: list[Attempt] = []
+        self.unrecorded_count = 0  # recipients in ``unrecorded``
+        self.unrecorded_since = 0.0
+        self.flush_wanted = False
         self.recording = 0  # recipients being recorded right now
         self.held: set[str] = set()
         self.attempt_started: float | None = None
@@ -261,7 +269,7 @@ class Bookkeeper:
     def next_group(self, stop: threading.Event | None) -> list[ClaimedRecipient] | None:
         """The next group to send, or None when the batch is done (or handed back)."""
         with self.lock:
-            while len(self.unrecorded) >= MAX_UNRECORDED and not self.stopping:
+            while self.unrecorded_count >= MAX_UNRECORDED and not self.stopping:
                 self.lock.wait(0.1)
             if stop is not None and stop.is_set():
                 return None
@@ -275,8 +283,12 @@ class Bookkeeper:
     def add(self, attempt: Attempt) -> None:
         with self.lock:
             self._ensure_thread()
+            if not self.unrecorded:
+                self.unrecorded_since = time.monotonic()
             self.unrecorded.append(attempt)
-            self.lock.notify_all()
+            self.unrecorded_count += len(attempt.recipients)
+            if self.unrecorded_count >= FLUSH_RECIPIENTS:
+                self.lock.notify_all()
 
     def hand_back_queued(self) -> None:
         """Release the groups the sender will not get to (stopped, or the lease is in doubt)."""
@@ -290,8 +302,11 @@ class Bookkeeper:
     def wait_recorded(self) -> None:
         """Block until every outcome handed over is recorded or given up on."""
         with self.lock:
+            self.flush_wanted = True
+            self.lock.notify_all()
             while (self.unrecorded or self.recording) and self.thread is not None:
                 self.lock.wait(0.05)
+            self.flush_wanted = False
 
     # -- the bookkeeper's thread -------------------------------------------------------------
 
@@ -301,15 +316,17 @@ class Bookkeeper:
         try:
             while True:
                 with self.lock:
-                    while not self.unrecorded and not self.stopping:
-                        if not self.held and not self.queued:
+                    while not self._flush_due() and not self.stopping:
+                        if not self.unrecorded and not self.held and not self.queued:
                             self.thread = None  # nothing to keep alive: end, see add/hold
                             return
                         if time.monotonic() >= next_renewal or self._stalled():
                             break
-                        self.lock.wait(min(0.05, interval))
-                    batch, self.unrecorded = self.unrecorded, []
-                    self.recording = sum(len(a.recipients) for a in batch)
+                        self.lock.wait(min(FLUSH_SECONDS / 2, interval))
+                    batch = []
+                    if self._flush_due() or self.stopping:
+                        batch, self.unrecorded = self.unrecorded, []
+                        self.recording, self.unrecorded_count = self.unrecorded_count, 0
                     if self.stopping and not batch:
                         self.thread = None
                         return
@@ -324,6 +341,14 @@ class Bookkeeper:
             discard_connection()
             with self.lock:
                 self.lock.notify_all()
+
+    def _flush_due(self) -> bool:
+        # Called with the lock held.
+        return bool(self.unrecorded) and (
+            self.flush_wanted
+            or self.unrecorded_count >= FLUSH_RECIPIENTS
+            or time.monotonic() - self.unrecorded_since >= FLUSH_SECONDS
+        )
 
     def _stalled(self) -> bool:
         started = self.attempt_started
@@ -378,11 +403,6 @@ class Bookkeeper:
                 log.exception("could not record outcomes")
                 self.worker.abandoned = True
                 break
-        ids = [r.id for attempt in attempts for r in attempt.recipients]
-        with self.lock:
-            self.held.difference_update(ids)
-            self.recording = 0
-            self.lock.notify_all()
         counts = collections.Counter(recorded.values())
         for status, count in counts.items():
             recorded_outcomes().labels(status).inc(count)
@@ -398,6 +418,11 @@ class Bookkeeper:
                             r.address,
                             json.dumps(attempt.results[r.address].reply),
                         )
+        ids = [r.id for attempt in attempts for r in attempt.recipients]
+        with self.lock:
+            self.held.difference_update(ids)
+            self.recording = 0
+            self.lock.notify_all()
 
     def _release(self, ids: list[str]) -> None:
         try:
