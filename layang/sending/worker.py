@@ -82,7 +82,7 @@ class Worker:
         try:
             while not stop.is_set():
                 try:
-                    busy = self.run_once(stop)
+                    busy = self.run_once(stop, wait=False)
                 except UNAVAILABLE_ERRORS as error:
                     log.warning("database unavailable; retrying shortly: %s", error_summary(error))
                     self.abandoned = True
@@ -109,14 +109,17 @@ class Worker:
         size = int(BATCH_SECONDS / max(self.seconds_per_message, 1e-6))
         return max(1, min(size, self.config.worker_batch_size))
 
-    def run_once(self, stop: threading.Event | None = None) -> int:
+    def run_once(self, stop: threading.Event | None = None, *, wait: bool = True) -> int:
         """Claim one batch and attempt every email in it; returns how many were claimed.
 
-        Returns once every outcome of the batch is recorded (or given up on: see
-        ``Bookkeeper.record``).
+        With ``wait``, returns once every outcome of the batch is recorded (or given up on: see
+        ``Bookkeeper.record``); without, the last outcomes are recorded while the next batch is
+        claimed and sent.
         """
         database.connect(reuse_if_open=True)
         if self.abandoned:
+            # Outcomes still on their way to the database must not be handed to another worker.
+            self.books.wait_recorded()
             released = release_leases(self.owner)
             self.abandoned = False
             if released:
@@ -137,7 +140,8 @@ class Worker:
                 sent += len(group)
         finally:
             self.books.hand_back_queued()
-            self.books.wait_recorded()
+            if wait:
+                self.books.wait_recorded()
         if sent:
             pace = (time.monotonic() - started) / sent
             self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * pace
