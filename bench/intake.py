@@ -2,9 +2,12 @@
 
 The baseline parses the same JSON, loads it with the same marshmallow schema and inserts one row
 into a SQLite database with the same durability settings. Both run under gunicorn with the same
-number of sync workers and are loaded by the same client processes, alternately, in one run.
+number of processes and are loaded by the same client processes, alternately, in one run: the
+baseline with sync workers, Layang with the settings of `layang serve` (gunicorn.conf.py) and,
+for comparison, with the sync workers it used before group commit.
 
-    python bench/intake.py [--seconds 8] [--rounds 3] [--clients 4] [--database-url URL]
+    python bench/intake.py [--seconds 8] [--rounds 3] [--clients 4] [--workers 2]
+        [--database-url URL] [--variant 'LABEL=GUNICORN OPTIONS' ...]
 """
 
 from __future__ import annotations
@@ -88,20 +91,11 @@ def measure(port: int, key: str, seconds: float, clients: int) -> float:
     return counter.value / (time.monotonic() - started)
 
 
-def start_gunicorn(app: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
+def start_gunicorn(
+    app: str, port: int, env: dict[str, str], log: Path, options: list[str]
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-w",
-            "2",
-            "-k",
-            "sync",
-            "-b",
-            f"127.0.0.1:{port}",
-            app,
-        ],
+        [sys.executable, "-m", "gunicorn", *options, "-b", f"127.0.0.1:{port}", app],
         cwd=ROOT,
         env=env,
         stdout=log.open("wb"),
@@ -114,7 +108,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes, every server")
     parser.add_argument("--database-url", default="")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=OPTIONS",
+        help="also measure Layang with these gunicorn options on top of its own settings, "
+        "e.g. 'gthread 1x8=-k gthread -w 1 --threads 8' (may be repeated)",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="layang-bench-"))
@@ -123,6 +126,7 @@ def main() -> None:
         LAYANG_DATA_DIR=str(tmp),
         LAYANG_LOG_LEVEL="WARNING",
         LAYANG_SECRET_KEY="bench",
+        LAYANG_HTTP_WORKERS=str(args.workers),
         PYTHONPATH=str(ROOT),
     )
     if args.database_url:
@@ -145,40 +149,69 @@ def main() -> None:
     cli("accounts", "create", "bench", "--live")
     key = cli("keys", "create", "bench")["key"]
 
-    layang_port, baseline_port = free_port(), free_port()
-    servers = [
-        start_gunicorn("wsgi:app", layang_port, env, tmp / "layang.log"),
-        start_gunicorn("bench.baseline_app:app", baseline_port, baseline_env, tmp / "baseline.log"),
-    ]
+    # Layang runs with the settings of `layang serve` (gunicorn.conf.py); the baseline and the
+    # configuration Layang had before group commit run plain sync workers.
+    sync = ["-k", "sync", "-w", str(args.workers)]
+    layang_conf = ["-c", "gunicorn.conf.py"]
+    servers: dict[str, tuple[str, dict[str, str], list[str]]] = {
+        "baseline": ("bench.baseline_app:app", baseline_env, sync),
+        "layang": ("wsgi:app", env, layang_conf),
+        "layang, sync workers": ("wsgi:app", env, [*layang_conf, *sync, "--threads", "1"]),
+    }
+    for variant in args.variant:
+        label, _, options = variant.partition("=")
+        servers[f"layang, {label}"] = ("wsgi:app", env, [*layang_conf, *options.split()])
+    ports = {label: free_port() for label in servers}
+    processes = []
+    rates: dict[str, list[float]] = {label: [] for label in servers}
     try:
-        wait_healthy(layang_port, "/healthz")
-        wait_healthy(baseline_port, "/healthz")
-        measure(layang_port, key, 1, args.clients)  # warm-up: imports, first connections
-        measure(baseline_port, key, 1, args.clients)
-        layang_rates, baseline_rates = [], []
+        for label, (app, server_env, options) in servers.items():
+            log = tmp / f"{label.replace(' ', '_').replace(',', '')}.log"
+            server_env = {**server_env, "LAYANG_HTTP_BIND": f"127.0.0.1:{ports[label]}"}
+            processes.append(start_gunicorn(app, ports[label], server_env, log, options))
+        for label in servers:
+            wait_healthy(ports[label], "/healthz")
+            measure(ports[label], key, 1, args.clients)  # warm-up: imports, first connections
         for _ in range(args.rounds):
-            baseline_rates.append(measure(baseline_port, key, args.seconds, args.clients))
-            layang_rates.append(measure(layang_port, key, args.seconds, args.clients))
+            for label in servers:
+                rates[label].append(measure(ports[label], key, args.seconds, args.clients))
     finally:
-        for server in servers:
-            server.terminate()
-            server.wait()
-    layang, baseline = statistics.median(layang_rates), statistics.median(baseline_rates)
+        for process in processes:
+            process.terminate()
+            process.wait()
+
     backend = "postgresql" if args.database_url.startswith("postgres") else "sqlite"
     print(
-        f"backend: {backend}; gunicorn 2 sync workers; {args.clients} client processes; "
-        f"{args.rounds} rounds of {args.seconds:.0f}s, medians"
+        f"backend: {backend}, synchronous=FULL; {args.clients} client processes (keep-alive); "
+        f"{args.rounds} rounds of {args.seconds:.0f}s; {args.workers} gunicorn processes each"
     )
-    print(f"baseline (parse + marshmallow load + one insert): {baseline:8.1f} req/s")
-    print(f"layang POST /v1/layang/transmissions:             {layang:8.1f} req/s")
-    # Each round measures both back to back, so the ratio within a round is the least disturbed
-    # by load that comes and goes on a shared machine.
-    round_ratios = [lr / br for lr, br in zip(layang_rates, baseline_rates, strict=True)]
-    print("per-round ratios: " + ", ".join(f"{r:.2f}" for r in round_ratios))
-    print(
-        f"ratio layang/baseline: {layang / baseline:.2f} (median of per-round ratios: "
-        f"{statistics.median(round_ratios):.2f})"
+    print(f"layang serves with: {describe_layang_settings(env)}")
+    print("baseline: parse + marshmallow load + one insert, sync workers")
+    # Each round measures every server back to back, so ratios within a round are the least
+    # disturbed by load that comes and goes on a shared machine.
+    baseline = rates["baseline"]
+    for label, measured in rates.items():
+        line = f"{label + ':':28} median {statistics.median(measured):8.1f} req/s"
+        if label != "baseline":
+            ratios = [lr / br for lr, br in zip(measured, baseline, strict=True)]
+            line += (
+                f"  per-round x baseline: {', '.join(f'{r:.2f}' for r in ratios)}"
+                f"  median {statistics.median(ratios):.2f}x"
+            )
+        print(line)
+
+
+def describe_layang_settings(env: dict[str, str]) -> str:
+    """The worker class, processes and threads that gunicorn.conf.py gives Layang."""
+    code = (
+        "from layang.config import Config; from layang.serving import gunicorn_settings;"
+        "s = gunicorn_settings(Config.from_env());"
+        "print(f\"{s['worker_class']} workers, {s['workers']} processes x "
+        "{s.get('threads', 1)} threads\")"
     )
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 if __name__ == "__main__":

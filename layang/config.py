@@ -83,7 +83,9 @@ def _setting(variable: str, parse: Callable[[str, str], Any] = _text, **default:
 
 
 def _http_workers() -> int:
-    return 2 * (os.cpu_count() or 1) + 1
+    # One process per core: each runs LAYANG_HTTP_THREADS request threads, which cover the
+    # waiting on the database (and on SQLite share its commits).
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +115,7 @@ class Config:
     lease_seconds: float = _setting("LAYANG_LEASE_SECONDS", _seconds, default=60.0)
     max_message_bytes: int = _setting("LAYANG_MAX_MESSAGE_BYTES", _integer, default=26214400)
     http_workers: int = _setting("LAYANG_HTTP_WORKERS", _integer, default_factory=_http_workers)
+    http_threads: int = _setting("LAYANG_HTTP_THREADS", _integer, default=8)
     worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)
     worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=500)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")

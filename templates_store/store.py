@@ -17,6 +17,7 @@ from typing import Any, Final
 import peewee
 
 from layang.clock import now_ms
+from layang.db import write_transaction
 from layang.pagination import Page, keyset_page
 from templates_store.css import inline_css
 from templates_store.errors import (
@@ -257,7 +258,7 @@ def create_template(
     prepared = _prepare(subject, body_html, body_text)
     now = now_ms()
     try:
-        with _db().atomic():
+        with write_transaction(_db()):
             template = Template.create(
                 account_id=account_id,
                 template_id=template_id,
@@ -344,7 +345,7 @@ def update_template(
         prepared = _prepare(new_subject, new_html, new_text)
         number = current.version + 1
         now = now_ms()
-        with _db().atomic():
+        with write_transaction(_db()):
             # Compare-and-set on current_version: of two concurrent updates, one wins.
             won = (
                 Template.update(current_version=number, name=new_name, updated_at=now)
@@ -373,7 +374,7 @@ def update_template(
 
 def delete_template(account_id: int, template_id: str) -> None:
     """Delete the template and all its versions. Raises :class:`TemplateNotFound`."""
-    with _db().atomic():
+    with write_transaction(_db()):
         template = Template.get_or_none(
             (Template.account_id == account_id) & (Template.template_id == template_id)
         )

@@ -10,7 +10,7 @@ import secrets
 import peewee
 
 from layang.clock import now_ms
-from layang.db import database
+from layang.db import database, write_transaction
 from layang.domain.errors import Conflict, InvalidInput, NotFound
 from layang.models import LIVE, SANDBOX, Account, ApiKey
 
@@ -36,7 +36,7 @@ def create_account(name: str, *, live: bool = False) -> Account:
             "name", "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
         )
     try:
-        with database.atomic():
+        with write_transaction():
             return Account.create(name=name, mode=LIVE if live else SANDBOX)
     except peewee.IntegrityError:
         raise Conflict(f"An account named {name!r} already exists.") from None
@@ -69,12 +69,13 @@ def list_api_keys(account: Account) -> list[ApiKey]:
 
 def revoke_api_key(key_id: str) -> ApiKey:
     """Revoke a key at once. Raises ``NotFound`` for an unknown key id."""
-    key = ApiKey.get_or_none(ApiKey.id == key_id)
-    if key is None:
-        raise NotFound(f"No API key with id {key_id!r}.")
-    if key.revoked_at is None:
-        key.revoked_at = now_ms()
-        key.save()
+    with write_transaction():
+        key = ApiKey.get_or_none(ApiKey.id == key_id)
+        if key is None:
+            raise NotFound(f"No API key with id {key_id!r}.")
+        if key.revoked_at is None:
+            key.revoked_at = now_ms()
+            key.save()
     return key
 
 

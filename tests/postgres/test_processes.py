@@ -64,7 +64,12 @@ def test_every_command_runs_unchanged_on_a_fresh_database(config, tmp_path):
 
 def test_gunicorn_workers_never_share_a_connection_even_with_preload(config, api_key, tmp_path):
     port = free_port()
-    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=3)
+    env = process_env(
+        config,
+        LAYANG_HTTP_BIND=f"127.0.0.1:{port}",
+        LAYANG_HTTP_WORKERS=3,
+        LAYANG_HTTP_THREADS=2,
+    )
     log_path = tmp_path / "gunicorn.log"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
@@ -99,9 +104,9 @@ def test_gunicorn_workers_never_share_a_connection_even_with_preload(config, api
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND application_name = ''",
         )[0][0]
-        # One per worker process that served something (the master keeps none); the test
-        # process's own connection is the one extra.
-        assert sessions <= 3 + 1, sessions
+        # One per request thread of each worker process that served something (the master
+        # keeps none); the test process's own connection is the one extra.
+        assert sessions <= 3 * 2 + 1, sessions
     finally:
         stop(server)
     assert "Traceback" not in log_path.read_text()

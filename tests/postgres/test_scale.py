@@ -74,6 +74,7 @@ def test_worker_killed_mid_run_loses_nothing(config, upstream, queue_many, tmp_p
     workers = [start(["worker"], env, log) for log in logs]
     try:
         wait_started(logs)
+        upstream.slow_down(0.02)  # about two seconds of sending: time to stall it midway
         queue_many(300)
         wait_until(lambda: delivered() >= 30, 30, "nothing was delivered")
         upstream.stall()  # every worker now waits on the upstream's answer to DATA

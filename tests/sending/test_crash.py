@@ -130,10 +130,17 @@ def test_worker_killed_while_relaying_loses_nothing(client, auth, config, upstre
 
 
 def test_two_workers_never_send_the_same_message_twice(client, auth, config, upstream, tmp_path):
-    send_many(client, auth, 60)
     env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_BATCH_SIZE=5)
-    workers = [start(["worker"], env, tmp_path / f"w{n}.log") for n in range(2)]
+    logs = [tmp_path / f"w{n}.log" for n in range(2)]
+    workers = [start(["worker"], env, log) for log in logs]
     try:
+        # Both running before there is mail, so that they really compete for it.
+        wait_until(
+            lambda: all(log.exists() and "worker started" in log.read_text() for log in logs),
+            30,
+            "the workers did not start",
+        )
+        send_many(client, auth, 60)
         wait_until(all_delivered, 60, "the workers did not deliver everything")
     finally:
         for worker in workers:
