@@ -1,8 +1,9 @@
 """A real SMTP server (aiosmtpd) playing the recipients' mail server in tests.
 
-It records what arrives, can be told how to answer (``script_rcpt``, ``script_mail``,
-``script_data``), can hold a DATA in flight (``stall``/``release``) and can drop its sessions like
-an idle timeout would (``kick``).
+It records what arrives (``reads`` keeps each chunk as the server read it, which shows what the
+client wrote together), can be told how to answer (``script_rcpt``, ``script_mail``,
+``script_data_command``, ``script_data``), can offer PIPELINING, can hold a DATA in flight
+(``stall``/``release``) and can drop its sessions like an idle timeout would (``kick``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ SERVER_NAME = "upstream.test"
 DEFAULT_MAIL = "250 OK"
 DEFAULT_RCPT = "250 OK"
 DEFAULT_DATA = "250 2.0.0 OK queued"
+NO_VALID_RECIPIENTS = "554 5.5.1 Error: no valid recipients"
 
 
 def make_self_signed_cert(directory: Path, hostname: str = "localhost") -> tuple[Path, Path]:
@@ -127,7 +129,8 @@ class Upstream:
 
     ``tls_context`` offers STARTTLS; ``ssl_context`` makes it implicit TLS (smtps) instead.
     ``auth_users`` (user → password) enables AUTH PLAIN/LOGIN, only over TLS. ``cafile`` is the
-    certificate a client should trust, used in ``url``.
+    certificate a client should trust, used in ``url``. ``pipelining`` advertises PIPELINING
+    (aiosmtpd handles pipelined commands either way; it just does not say so).
     """
 
     def __init__(
@@ -137,7 +140,9 @@ class Upstream:
         ssl_context: ssl.SSLContext | None = None,
         auth_users: dict[str, str] | None = None,
         cafile: Path | None = None,
+        pipelining: bool = False,
     ) -> None:
+        self.pipelining = pipelining
         self.tls_context = tls_context
         self.ssl_context = ssl_context
         self.auth_users = dict(auth_users or {})
@@ -147,11 +152,13 @@ class Upstream:
         self.received: list[Received] = []
         self.data_seen: list[bytes] = []
         self.attempts: list[tuple[str, str]] = []
+        self.reads: list[bytes] = []
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._mail_script: deque[str] = deque()
         self._rcpt_scripts: dict[str, deque[str]] = {}
         self._data_script: deque[str] = deque()
+        self._data_command_script: deque[str] = deque()
         self._connections = 0
         self._stalled = False
         self._in_stall = threading.Event()
@@ -233,6 +240,16 @@ class Upstream:
         with self._lock:
             self._rcpt_scripts.setdefault(address.lower(), deque()).extend(replies)
 
+    def script_data_command(self, *replies: str) -> None:
+        """Answer the next DATA commands themselves (before any message) with ``replies``.
+
+        A refusal leaves the transaction open, as real servers do. A ``354`` reply takes the
+        message even when no recipient was accepted (what a pipelining server may do), and
+        answers its end with the next ``script_data`` reply or ``NO_VALID_RECIPIENTS``.
+        """
+        with self._lock:
+            self._data_command_script.extend(replies)
+
     def script_data(self, *replies: str) -> None:
         """Answer the next ends of DATA with ``replies``, then ``250 2.0.0 OK queued``."""
         with self._lock:
@@ -291,6 +308,10 @@ class Upstream:
             return list(self.received)
 
     # -- server side (runs on the server's event loop) -------------------------------------
+
+    def _read(self, chunk: bytes) -> None:
+        with self._lock:
+            self.reads.append(chunk)
 
     def _note(self, verb: str, argument: str) -> None:
         with self._lock:
@@ -375,6 +396,8 @@ class _Handler:
         if not self.upstream.auth_users:
             # Otherwise aiosmtpd would still advertise an (empty) AUTH once TLS is up.
             responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
+        if self.upstream.pipelining:
+            responses = [*responses[:-1], "250-PIPELINING", responses[-1]]
         return responses
 
     async def handle_HELO(
@@ -467,6 +490,29 @@ class _TrackedSMTP(SMTP):
     def connection_lost(self, error: Exception | None) -> None:
         self.upstream._sessions.discard(self)
         super().connection_lost(error)
+
+    def data_received(self, data: bytes) -> None:
+        self.upstream._read(data)
+        super().data_received(data)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        upstream = self.upstream
+        reply = upstream._next(upstream._data_command_script, "")
+        if not reply or (reply.startswith("354") and self.envelope.rcpt_tos):
+            await super().smtp_DATA(arg)
+        elif not reply.startswith("354"):
+            upstream._note("DATA refused", reply)
+            await self.push(reply)
+        else:
+            await self.push(reply)
+            lines = []
+            while (line := await self._reader.readuntil(b"\r\n")) != b".\r\n":
+                lines.append(line[1:] if line.startswith(b".") else line)
+            upstream._note("DATA", self.envelope.mail_from or "")
+            with upstream._lock:
+                upstream.data_seen.append(b"".join(lines))
+            self._set_post_data_state()
+            await self.push(upstream._next(upstream._data_script, NO_VALID_RECIPIENTS))
 
 
 class _Controller(Controller):

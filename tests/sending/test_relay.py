@@ -79,6 +79,27 @@ def test_bare_line_feeds_go_out_as_crlf(upstream, relays):
     assert upstream.wait_for(1)[0].data == b"Subject: x\r\n\r\nline\r\nnext\r\n"
 
 
+@pytest.mark.parametrize(
+    "message",
+    [b"Subject: x\r\n\r\nline\rnext\r\n", b"Subject: x\r\n\r\nline\r\nnext\n", b"Subject: x\r"],
+)
+def test_any_bare_line_end_is_normalised_unless_said_clean(upstream, relays, message):
+    relay = relays(upstream.url)
+    relay.send("a@sender.test", ["b@rcpt.test"], message)
+    relay.send("a@sender.test", ["b@rcpt.test"], message, crlf_clean=False)
+    fixed = message.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\r\n")
+    assert [r.data for r in upstream.wait_for(2)] == [fixed, fixed]
+
+
+def test_bytes_said_to_be_crlf_clean_are_not_rescanned(upstream, relays):
+    # A caller vouching for its line ends is believed: the bytes go out as given (the server
+    # then sees one line where an LF was), which shows that no normalising pass ran.
+    relays(upstream.url).send(
+        "a@sender.test", ["b@rcpt.test"], b"Subject: x\r\n\r\nline\nnext\r\n", crlf_clean=True
+    )
+    assert upstream.wait_for(1)[0].data == b"Subject: x\r\n\r\nline\nnext\r\n"
+
+
 def test_eight_bit_body_and_international_recipient(upstream, relays):
     message = "Subject: Olá\r\n\r\nÇa marche, José.\r\n".encode()
     result = relays(upstream.url).send("shop@sender.test", ["josé@rcpt.test"], message)
@@ -398,7 +419,7 @@ def test_capture_writes_one_file_per_recipient(tmp_path):
 
 def test_capture_without_reference_and_failure_defers(tmp_path):
     relay = relay_from_url(f"capture:{tmp_path / 'out'}")
-    result = relay.send("a@sender.test", ["b@rcpt.test"], MESSAGE)
+    result = relay.send("a@sender.test", ["b@rcpt.test"], MESSAGE, crlf_clean=True)
     (path,) = (tmp_path / "out").glob("msg-b@rcpt.test-*.eml")
     assert len(path.name) == len("msg-b@rcpt.test-12345678.eml")
     assert result.recipients[0].code == 250
