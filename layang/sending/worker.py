@@ -190,7 +190,12 @@ class Worker:
         addresses = [r.address for r in recipients]
         with self.books.in_flight(), timed_relay():
             result = self.relay.send(
-                transmission.mail_from, addresses, raw, reference=transmission.id
+                transmission.mail_from,
+                addresses,
+                raw,
+                reference=transmission.id,
+                # What compose wrote has CRLF line ends only; submitted bytes are checked.
+                crlf_clean=message is not None,
             )
         self.books.add(Attempt(recipients, result.by_recipient(), built))
 
