@@ -6,38 +6,14 @@ arrive together, so the chunk holding MAIL shows what the relay pipelined.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from layang.sending.relay import relay_from_url
 from tests.sending.test_relay import MESSAGE, outcomes, verbs
 from tests.upstream import Upstream, make_self_signed_cert, server_tls_context
 
+pytestmark = pytest.mark.usefixtures("no_threads_left_behind")
+
 SENDER = "shop@sender.test"
-
-
-@pytest.fixture(autouse=True)
-def no_threads_left_behind():
-    before = set(threading.enumerate())
-    yield
-    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not left, left
-
-
-@pytest.fixture
-def relays():
-    """Relays built by the test, closed at the end."""
-    made = []
-
-    def make(url, **kwargs):
-        relay = relay_from_url(url, helo_name="relay.test", **kwargs)
-        made.append(relay)
-        return relay
-
-    yield make
-    for relay in made:
-        relay.close()
 
 
 @pytest.fixture

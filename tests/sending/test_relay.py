@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ssl
-import threading
 from urllib.parse import quote
 
 import pytest
 
 from layang.sending.relay import RelayConfigError, SmtpRelay, relay_from_url
 from tests.upstream import Upstream, make_self_signed_cert, server_tls_context
+
+pytestmark = pytest.mark.usefixtures("no_threads_left_behind")
 
 MESSAGE = (
     b"From: Shop <shop@sender.test>\r\n"
@@ -21,29 +22,6 @@ MESSAGE = (
     b".\r\n"
     b"The end.\r\n"
 )
-
-
-@pytest.fixture(autouse=True)
-def no_threads_left_behind():
-    before = set(threading.enumerate())
-    yield
-    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not left, left
-
-
-@pytest.fixture
-def relays():
-    """Relays built by the test, closed at the end."""
-    made = []
-
-    def make(url, **kwargs):
-        relay = relay_from_url(url, helo_name="relay.test", **kwargs)
-        made.append(relay)
-        return relay
-
-    yield make
-    for relay in made:
-        relay.close()
 
 
 @pytest.fixture
