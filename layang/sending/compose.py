@@ -102,8 +102,10 @@ def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
     The body is text/plain or text/html alone, multipart/alternative (text first) when there
     are both, wrapped in multipart/mixed with the attachments (type from ``mimeType`` or
     guessed from the file name; base64, but a 7-bit clean message/rfc822 as is, in CRLF form)
-    when there are any. Text bodies are UTF-8, their line breaks written as CRLF and a final
-    one added when missing.
+    when there are any. Inline attachments with a Content-ID go with the HTML in
+    ``multipart/related; type="text/html"`` (HTML first), so ``cid:`` URLs resolve; each
+    attachment has the Content-Disposition it asked for and its ``Content-ID: <…>``. Text
+    bodies are UTF-8, their line breaks written as CRLF and a final one added when missing.
 
     The bytes are 7-bit clean, lines are at most 998 octets, and no header value can start a
     new header line: CR and LF in values are written as spaces. Raises ``ValueError`` for what
@@ -126,16 +128,26 @@ def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
 
     # Each part is (its headers, its encoded content, whether that content is 7bit text, which
     # alone could contain a boundary line).
-    parts: list[tuple[str, bytes, bool]] = []
-    for subtype, body in (("plain", message.text), ("html", message.html)):
-        if body is not None:
-            parts.append(_text_part(subtype, body))
-    if not parts:
+    text = None if message.text is None else _text_part("plain", message.text)
+    html = None if message.html is None else _text_part("html", message.html)
+    if text is None and html is None:
         raise ValueError("a message needs a text or an HTML body")
-    attachments = [_attachment_part(attachment) for attachment in message.attachments]
-    literal = [content for _, content, is_literal in (*parts, *attachments) if is_literal]
+    # Inline parts with a Content-ID go with the HTML that shows them; without HTML there is
+    # nothing to relate them to, and they are written as the other parts.
+    inline: list[tuple[str, bytes, bool]] = []
+    attachments: list[tuple[str, bytes, bool]] = []
+    for attachment in message.attachments:
+        related = html is not None and attachment.related
+        (inline if related else attachments).append(_attachment_part(attachment))
+    parts = [part for part in (text, html, *inline, *attachments) if part is not None]
+    literal = [content for _, content, is_literal in parts if is_literal]
 
-    body = _multipart("alternative", parts, literal) if len(parts) > 1 else parts[0]
+    if html is not None and inline:
+        html = _multipart("related", [html, *inline], literal, 'type="text/html"')
+    alternatives = [part for part in (text, html) if part is not None]
+    body = alternatives[0]
+    if len(alternatives) > 1:
+        body = _multipart("alternative", alternatives, literal)
     if attachments:
         body = _multipart("mixed", [body, *attachments], literal)
     head.append(body[0])
@@ -473,7 +485,9 @@ def _attachment_part(attachment: Attachment) -> tuple[str, bytes, bool]:
         media_type = "/".join(guess_mime_type(filename)).lower()
         if not is_single_part_type(media_type):
             media_type = "application/octet-stream"
-    disposition = _disposition(filename)
+    disposition = _disposition(attachment.disposition, filename)
+    if attachment.content_id is not None:
+        disposition = f"Content-ID: <{attachment.content_id}>\r\n{disposition}"
     if media_type == "message/rfc822":
         # RFC 2046 allows only 7bit, 8bit or binary for message/rfc822, and parsers read the
         # part as a message: a 7-bit clean one goes as is, in its canonical CRLF form.
@@ -512,10 +526,11 @@ def _base64_lines(value: str) -> bytes:
     return base64.encodebytes(base64.b64decode(value)).replace(b"\n", b"\r\n")
 
 
-def _disposition(filename: str) -> str:
-    """Content-Disposition: a quoted file name when it is plain ASCII, else RFC 2231
-    (``filename*=utf-8''…``, in numbered sections when it does not fit in one line)."""
-    start = "Content-Disposition: attachment"
+def _disposition(kind: str, filename: str) -> str:
+    """Content-Disposition (``kind``: attachment or inline): a quoted file name when it is plain
+    ASCII, else RFC 2231 (``filename*=utf-8''…``, in numbered sections when it does not fit in
+    one line)."""
+    start = f"Content-Disposition: {kind}"
     if not filename:
         return f"{start}\r\n"
     plain = _PLAIN_FILENAME.fullmatch(filename) and len(filename) <= _MAX_WORD
@@ -546,7 +561,10 @@ def _percent(char: str) -> str:
 
 
 def _multipart(
-    subtype: str, parts: Sequence[tuple[str, bytes, bool]], literal: list[bytes]
+    subtype: str,
+    parts: Sequence[tuple[str, bytes, bool]],
+    literal: list[bytes],
+    parameters: str = "",
 ) -> tuple[str, bytes, bool]:
     """A multipart of ``parts``; its boundary occurs in none of the ``literal`` contents (the
     7bit ones: quoted-printable and base64 never contain ``=_``). The boundary is added to
@@ -564,5 +582,7 @@ def _multipart(
             chunks += [b"\r\n", delimiter, b"\r\n"]
         chunks += [headers.encode("ascii"), b"\r\n", content]
     chunks += [b"\r\n", delimiter, b"--\r\n"]
-    headers = f'Content-Type: multipart/{subtype};\r\n boundary="{boundary}"\r\n'
+    if parameters:
+        parameters = f" {parameters};"
+    headers = f'Content-Type: multipart/{subtype};{parameters}\r\n boundary="{boundary}"\r\n'
     return headers, b"".join(chunks), False

@@ -34,6 +34,12 @@ _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
 """A header field name: printable ASCII but ':', at most 76 so a folded line stays valid."""
 
+CONTENT_ID = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.@-]{1,250}$")
+"""A Content-ID without its angle brackets: what a ``cid:`` URL names (RFC 2392). Printable
+ASCII but white space and the specials that would end the ``<…>`` or break the header."""
+
+DISPOSITIONS = ("attachment", "inline")
+
 MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
 )
@@ -163,14 +169,33 @@ class Mailbox:
     name: str | None = None
 
 
+def content_id_problem(content_id: str) -> str | None:
+    """Why ``content_id`` (angle brackets already removed) cannot be a Content-ID, or None."""
+    if not CONTENT_ID.match(content_id):
+        return "Not a valid Content-ID: printable ASCII without spaces, <>()[],;:\\ or quotes."
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """A file: its name, its content as Base64 without white space, its media type (guessed
-    from the name when None)."""
+    from the name when None).
+
+    ``content_id`` (without angle brackets, see :data:`CONTENT_ID`) lets the HTML refer to the
+    part as ``cid:<content_id>``; ``disposition`` is ``"attachment"`` or ``"inline"``. An inline
+    part with a Content-ID is written beside the HTML, in ``multipart/related``.
+    """
 
     filename: str
     content: str
     media_type: str | None = None
+    content_id: str | None = None
+    disposition: str = "attachment"
+
+    @property
+    def related(self) -> bool:
+        """Whether the part belongs with the HTML (an inline image the HTML shows)."""
+        return self.disposition == "inline" and self.content_id is not None
 
     @property
     def size(self) -> int:
@@ -255,9 +280,7 @@ class OutgoingMessage:
         if self.html is not None:
             payload["html"] = self.html
         if self.attachments:
-            payload["attachments"] = [
-                [a.filename, a.content, a.media_type] for a in self.attachments
-            ]
+            payload["attachments"] = [_attachment_out(a) for a in self.attachments]
         if self.headers:
             payload["headers"] = [[h.name, h.value] for h in self.headers]
         for flag in ("open_tracking", "click_tracking"):
@@ -295,8 +318,19 @@ class OutgoingMessage:
 
 
 PAYLOAD_VERSION = 2
-"""Version 2: this module's field names. Version 1 (no ``"v"``): the API's camelCase request
-as the first releases stored it; still read, so mail queued before an upgrade is delivered."""
+"""Version 2: this module's field names; an attachment is ``[filename, content, media_type]``,
+with ``content_id`` and ``disposition`` after them when either is set. Version 1 (no ``"v"``):
+the API's camelCase request as the first releases stored it; still read, so mail queued before
+an upgrade is delivered."""
+
+
+def _attachment_out(attachment: Attachment) -> list[str | None]:
+    # Positional, and the two later fields only when set: payloads written before they existed
+    # read back the same, and a plain attachment stays as small as it was.
+    entry = [attachment.filename, attachment.content, attachment.media_type]
+    if attachment.content_id is not None or attachment.disposition != "attachment":
+        entry += [attachment.content_id, attachment.disposition]
+    return entry
 
 
 def _mailbox_out(mailbox: Mailbox) -> list[str] | str:

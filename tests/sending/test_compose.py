@@ -11,6 +11,7 @@ import base64
 import binascii
 import email
 import email.policy
+import json
 import random
 import re
 import types
@@ -26,7 +27,7 @@ import pytest
 from layang.sending import compose
 from layang.sending.compose import compose_message as compose_typed
 from layang.sending.compose import guess_mime_type, transfer_encoding
-from layang.sending.message import SMTP_POLICY, OutgoingMessage
+from layang.sending.message import SMTP_POLICY, Attachment, Mailbox, OutgoingMessage
 
 MESSAGE_ID = "<0123456789abcdef@sender.example>"
 PNG = base64.b64decode(
@@ -953,3 +954,126 @@ def test_fuzz():
         raw = compose_message(build(lambda value: value), MESSAGE_ID)
         # A lone surrogate has no UTF-8 form: it is written, and reads back, as "?".
         check_against_payload(build(lambda value: value.replace("\ud800", "?")), raw)
+
+
+# --- Inline parts (multipart/related) --------------------------------------------------------
+
+
+def typed(**fields: Any) -> OutgoingMessage:
+    values: dict[str, Any] = {
+        "sender": Mailbox("shop@sender.example", "Shop"),
+        "to": (Mailbox("ana@rcpt.example"),),
+        "subject": "Your order",
+        "date_ms": 1_700_000_000_123,
+    }
+    values.update(fields)
+    return OutgoingMessage(**values)
+
+
+def resolve_cid(message: EmailMessage, html_part: EmailMessage) -> dict[str, bytes]:
+    """The content of every part a ``cid:`` URL in ``html_part`` names, looked up the way a
+    mail reader does: among the parts of the same multipart/related."""
+    related = next(
+        part
+        for part in message.walk()
+        if part.get_content_type() == "multipart/related" and html_part in part.get_payload()
+    )
+    by_id = {
+        part["Content-ID"].strip("<>"): part.get_payload(decode=True)
+        for part in related.get_payload()
+        if part["Content-ID"]
+    }
+    html = html_part.get_content()
+    return {cid: by_id[cid] for cid in re.findall(r'cid:([^"\'>\s]+)', html)}
+
+
+LOGO = Attachment("logo.png", b64(PNG), "image/png", "logo@shop.example", "inline")
+BANNER = Attachment("banner.png", b64(PNG[::-1]), None, "banner", "inline")
+INVOICE = Attachment("invoice.pdf", b64(b"%PDF-1.4 invoice"))
+
+
+def test_inline_images_go_with_the_html_in_multipart_related():
+    html = '<p><img src="cid:logo@shop.example"> <img src="cid:banner"></p>'
+    raw = compose_typed(
+        typed(text="Hi\n", html=html, attachments=(LOGO, INVOICE, BANNER)), MESSAGE_ID
+    )
+    check_wire(raw)
+    message = parse(raw)
+    assert not message.defects
+    # mixed [ alternative [ text, related [ html, logo, banner ] ], invoice ]
+    assert message.get_content_type() == "multipart/mixed"
+    alternative, invoice = message.get_payload()
+    assert alternative.get_content_type() == "multipart/alternative"
+    text, related = alternative.get_payload()
+    assert text.get_content_type() == "text/plain"
+    assert related.get_content_type() == "multipart/related"
+    assert related.get_param("type") == "text/html"
+    html_part, logo, banner = related.get_payload()
+    assert html_part.get_content_type() == "text/html"
+    assert html_part.get_content().replace("\r\n", "\n") == html + "\n"
+    for part, attachment in ((logo, LOGO), (banner, BANNER)):
+        assert part["Content-ID"] == f"<{attachment.content_id}>"
+        assert part.get_content_disposition() == "inline"
+        assert part.get_filename() == attachment.filename
+        assert part.get_content_type() == "image/png"
+    assert resolve_cid(message, html_part) == {"logo@shop.example": PNG, "banner": PNG[::-1]}
+    assert invoice.get_content_disposition() == "attachment"
+    assert invoice["Content-ID"] is None
+    assert invoice.get_payload(decode=True) == b"%PDF-1.4 invoice"
+    boundaries = re.findall(rb'boundary="([^"]+)"', raw)
+    assert len(set(boundaries)) == 3
+
+
+def test_html_alone_with_an_inline_image_is_related_at_the_top():
+    raw = compose_typed(typed(html='<img src="cid:logo@shop.example">', attachments=(LOGO,)), "x")
+    check_wire(raw)
+    message = parse(raw)
+    assert message.get_content_type() == "multipart/related"
+    html_part, logo = message.get_payload()
+    assert resolve_cid(message, html_part) == {"logo@shop.example": PNG}
+    assert logo.get_content_disposition() == "inline"
+
+
+def test_inline_parts_without_html_or_without_a_content_id_stay_in_mixed():
+    badge = Attachment("badge.png", b64(PNG), None, None, "inline")
+    raw = compose_typed(typed(text="Hi\n", attachments=(LOGO, badge)), MESSAGE_ID)
+    check_wire(raw)
+    message = parse(raw)
+    assert [part.get_content_type() for part in message.walk()] == [
+        "multipart/mixed",
+        "text/plain",
+        "image/png",
+        "image/png",
+    ]
+    _, logo, plain_badge = message.get_payload()
+    assert logo["Content-ID"] == "<logo@shop.example>"
+    assert logo.get_content_disposition() == "inline"
+    assert plain_badge["Content-ID"] is None
+    assert plain_badge.get_content_disposition() == "inline"
+    # With HTML, a part with a Content-ID that asks to be an attachment stays one.
+    attached = Attachment("logo.png", b64(PNG), None, "logo", "attachment")
+    message = parse(compose_typed(typed(html="<p>x</p>", attachments=(attached,)), "x"))
+    assert message.get_content_type() == "multipart/mixed"
+    assert message.get_payload(1)["Content-ID"] == "<logo>"
+    assert message.get_payload(1).get_content_disposition() == "attachment"
+
+
+def test_boundaries_of_nested_multiparts_avoid_7bit_content(monkeypatch):
+    tokens = iter(["taken", "taken", "a", "taken", "b", "c"])
+    monkeypatch.setattr(compose, "secrets", types.SimpleNamespace(token_hex=lambda _: next(tokens)))
+    html = "<p>\n--=_taken\n</p>"
+    raw = compose_typed(typed(text="x", html=html, attachments=(LOGO, INVOICE)), MESSAGE_ID)
+    assert re.findall(rb'boundary="([^"]+)"', raw) == [b"=_c", b"=_b", b"=_a"]
+    message = parse(raw)
+    html_part = message.get_payload(0).get_payload(1).get_payload(0)
+    assert html_part.get_content().replace("\r\n", "\n") == html + "\n"
+
+
+def test_payloads_keep_content_id_and_disposition_and_read_older_ones():
+    message = typed(text="x", attachments=(LOGO, INVOICE, BANNER))
+    payload = json.loads(json.dumps(message.to_payload()))
+    assert payload["attachments"][1] == ["invoice.pdf", INVOICE.content, None]
+    assert OutgoingMessage.from_payload(payload) == message
+    older = {**payload, "attachments": [["invoice.pdf", INVOICE.content, "application/pdf"]]}
+    (attachment,) = OutgoingMessage.from_payload(older).attachments
+    assert (attachment.content_id, attachment.disposition) == (None, "attachment")
