@@ -22,6 +22,7 @@ from templates_store.render import (
     TemplateCache,
     compile_template,
     extract_shortcodes,
+    render_subject,
 )
 from templates_store.store import (
     ID_PATTERN,
@@ -71,6 +72,7 @@ __all__ = [
     "inline_css",
     "list_templates",
     "preview",
+    "render_subject",
     "render_version",
     "update_template",
     "version_from_etag",
