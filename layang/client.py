@@ -459,7 +459,7 @@ class Layang:
         reply_to: Addresses | None = None,
         attachments: Iterable[Attachment] | None = None,
         headers: Headers | None = None,
-        metadata: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
         template_id: str | None = None,
         substitution_data: Mapping[str, Any] | None = None,
         open_tracking: bool | None = None,

@@ -39,7 +39,10 @@ class RequestParser(FlaskParser):
             if req.content_length or req.mimetype:
                 raise UnsupportedMediaType("The request body must be application/json.")
             raise ValidationFailed("The request body is empty; send a JSON object.")
-        return webargs_core.parse_json(req.get_data(cache=True))
+        try:
+            return webargs_core.parse_json(req.get_data(cache=True))
+        except RecursionError:
+            raise MalformedJson("The request body is nested too deeply.") from None
 
     def _handle_invalid_json_error(self, error: Exception, req: flask.Request, *a: Any, **k: Any):
         raise MalformedJson("The request body is not valid JSON.")

@@ -3,7 +3,7 @@ addresses, timestamps, and the compatibility rule that empty values mean "absent
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import marshmallow as ma
 from marshmallow import fields
@@ -57,20 +57,28 @@ class EmailAddress(fields.String):
             raise ma.ValidationError(str(error)) from None
 
 
-def strip_empty(value: Any) -> Any:
+def strip_empty(value: Any, verbatim: frozenset[str] = frozenset()) -> Any:
     """Published client libraries send ``""``, ``[]`` and ``{}`` for fields they do not use:
-    those mean "absent". Applied to object members at every depth, not to list items."""
+    those mean "absent". Applied to object members at every depth, not to list items; the
+    top-level members named in ``verbatim`` are dropped when empty and otherwise kept as sent."""
     if isinstance(value, dict):
-        return {k: strip_empty(v) for k, v in value.items() if v not in ("", [], {}, None)}
+        return {
+            k: v if k in verbatim else strip_empty(v)
+            for k, v in value.items()
+            if v not in ("", [], {}, None)
+        }
     if isinstance(value, list):
         return [strip_empty(v) for v in value]
     return value
 
 
 class CompatSchema(ma.Schema):
+    verbatim: ClassVar[frozenset[str]] = frozenset()
+    """Members holding the client's own data (kept as sent: an empty string in them is data)."""
+
     @ma.pre_load
     def empty_means_absent(self, data: Any, **kwargs: Any) -> Any:
-        return strip_empty(data) if isinstance(data, dict) else data
+        return strip_empty(data, self.verbatim) if isinstance(data, dict) else data
 
 
 ISO_8601: dict[str, Any] = {"type": "string", "format": "date-time"}

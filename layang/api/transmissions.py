@@ -22,9 +22,10 @@ from layang.api.fields import (
     no_line_breaks,
     strip_empty,
 )
-from layang.domain.intake import TransmissionRequest, accept_transmission
+from layang.domain.intake import TransmissionRequest, accept_transmission, metadata_object
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.sending.message import (
+    DISPOSITIONS,
     HEADER_NAME,
     MAX_DISPLAY_NAME,
     MAX_FILENAME,
@@ -38,6 +39,7 @@ from layang.sending.message import (
     Mailbox,
     OutgoingMessage,
     check_header,
+    content_id_problem,
     filename_problem,
     is_base64,
     is_reserved_header,
@@ -71,6 +73,16 @@ class AttachmentSchema(CompatSchema):
         metadata={"description": "File name with extension, no path."},
     )
     value = fields.String(required=True, metadata={"description": "The content, Base64."})
+    contentId = fields.String(
+        metadata={
+            "description": "Content-ID, with or without <>: the HTML shows an inline part as "
+            "`cid:<contentId>`."
+        }
+    )
+    disposition = fields.String(
+        validate=validate.OneOf(DISPOSITIONS),
+        metadata={"description": "attachment, or inline (the default when contentId is given)."},
+    )
 
     @ma.validates("filename")
     def plain_filename(self, value: str, **kwargs: Any) -> None:
@@ -88,9 +100,29 @@ class AttachmentSchema(CompatSchema):
         if not is_base64(value):
             raise ma.ValidationError("Not valid Base64.")
 
+    @ma.validates("contentId")
+    def content_id(self, value: str, **kwargs: Any) -> None:
+        problem = content_id_problem(_without_brackets(value))
+        if problem:
+            raise ma.ValidationError(problem)
+
     @ma.post_load
     def make_attachment(self, data: dict[str, Any], **kwargs: Any) -> Attachment:
-        return Attachment(data["filename"], "".join(data["value"].split()), data.get("mimeType"))
+        content_id = _without_brackets(data["contentId"]) if "contentId" in data else None
+        default = "attachment" if content_id is None else "inline"
+        return Attachment(
+            data["filename"],
+            "".join(data["value"].split()),
+            data.get("mimeType"),
+            content_id,
+            data.get("disposition", default),
+        )
+
+
+def _without_brackets(content_id: str) -> str:
+    if content_id.startswith("<") and content_id.endswith(">"):
+        return content_id[1:-1]
+    return content_id
 
 
 class HeaderSchema(CompatSchema):
@@ -121,6 +153,17 @@ class HeaderSchema(CompatSchema):
         return Header(data["name"], data["value"])
 
 
+class Metadata(fields.Field):
+    """Any JSON object, or a list of objects merged into one (see
+    :func:`layang.domain.intake.metadata_object`)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        try:
+            return metadata_object(value)
+        except ValueError as error:
+            raise ma.ValidationError(str(error)) from None
+
+
 class OptionsAttributesSchema(CompatSchema):
     clickTracking = fields.Boolean(metadata={"description": "Track clicks on links."})
     openTracking = fields.Boolean(metadata={"description": "Track opens."})
@@ -138,29 +181,43 @@ def _addresses(description: str, **kwargs: Any) -> fields.List:
 class TransmissionRequestSchema(CompatSchema):
     """The request body of a send; loads into a :class:`TransmissionRequest`."""
 
+    verbatim = frozenset({"metadata"})
+
     from_ = fields.Nested(
         AddressSchema, required=True, data_key="from", metadata={"description": "The sender."}
     )
     subject = fields.String(
         validate=[validate.Length(max=MAX_SUBJECT), no_line_breaks],
-        metadata={"description": "Required unless the template has one."},
+        metadata={
+            "description": "Required unless the template has one; with templateId, rendered "
+            "with substitutionData like the template's subject."
+        },
     )
     to = _addresses("Primary recipients, at least one.", required=True)
     replyTo = _addresses("Reply-To addresses.")
     cc = _addresses("Carbon-copy recipients.")
     bcc = _addresses("Blind-carbon-copy recipients: they get the mail, no header shows them.")
-    bodyText = fields.String(metadata={"description": "Plain-text body."})
-    bodyHtml = fields.String(metadata={"description": "HTML body, a complete document."})
+    bodyText = fields.String(
+        metadata={"description": "Plain-text body; with templateId, only if the template has none."}
+    )
+    bodyHtml = fields.String(
+        metadata={
+            "description": "HTML body, a complete document; with templateId, only if the "
+            "template has none."
+        }
+    )
     attachments = fields.List(
         fields.Nested(AttachmentSchema),
         metadata={"description": "Files; `attachment` is an alias."},
     )
     optionsAttributes = fields.Nested(OptionsAttributesSchema)
     headers = fields.List(fields.Nested(HeaderSchema), metadata={"description": "Extra headers."})
-    metadata = fields.Dict(
-        keys=fields.String(validate=validate.Length(max=256)),
-        values=fields.String(validate=validate.Length(max=8000)),
-        metadata={"description": "String keys and values, kept with every activity record."},
+    metadata = Metadata(
+        metadata={
+            "type": "object",
+            "description": "Any JSON object (at most 10 KB, 32 levels), kept verbatim with every "
+            "activity record; a list of objects is merged into one, a later key winning.",
+        }
     )
     templateId = fields.String(
         validate=validate.Length(max=64), metadata={"description": "A stored template's id."}
@@ -172,7 +229,7 @@ class TransmissionRequestSchema(CompatSchema):
     @ma.pre_load
     def attachment_alias(self, data: Any, **kwargs: Any) -> Any:
         if isinstance(data, dict) and "attachment" in data:
-            data = strip_empty(data)
+            data = strip_empty(data, self.verbatim)
             if "attachments" in data and "attachment" in data:
                 raise ma.ValidationError("Give attachments or attachment, not both.", "attachment")
             if "attachment" in data:
@@ -182,8 +239,6 @@ class TransmissionRequestSchema(CompatSchema):
     @ma.validates_schema
     def content_and_recipients(self, data: dict[str, Any], **kwargs: Any) -> None:
         has_body = "bodyText" in data or "bodyHtml" in data
-        if "templateId" in data and has_body:
-            raise ma.ValidationError("Use templateId or bodyText/bodyHtml, not both.", "templateId")
         if "templateId" not in data and not has_body:
             raise ma.ValidationError("Give bodyText and/or bodyHtml, or a templateId.", "bodyText")
         if "substitutionData" in data and "templateId" not in data:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -14,6 +15,50 @@ from layang.models import Account
 from layang.sending.message import RECIPIENT_KINDS, OutgoingMessage
 from layang.sending.outbox import queue_message
 
+MAX_METADATA_BYTES = 10 * 1024
+"""Metadata is kept with every activity record and webhook event: at most this much, as
+compact UTF-8 JSON."""
+MAX_METADATA_DEPTH = 32
+"""Levels of nesting metadata may have, the object itself being the first."""
+
+
+def metadata_object(value: Any) -> dict[str, Any]:
+    """The metadata a client sent, as the one object kept with the message.
+
+    ``value`` is decoded JSON: an object, or a list of objects merged in order into one (the
+    shape Mailtarget's Node SDK documents), a later object's key replacing an earlier one's, as
+    ``Object.assign`` does. Values are any JSON and are kept verbatim. Raises ``ValueError``,
+    its text one sentence, for anything else, for more than :data:`MAX_METADATA_DEPTH` levels
+    and for more than :data:`MAX_METADATA_BYTES`.
+    """
+    if isinstance(value, list):
+        if not all(isinstance(item, dict) for item in value):
+            raise ValueError("Not a valid mapping type: give an object or a list of objects.")
+        merged: dict[str, Any] = {}
+        for item in value:
+            merged.update(item)
+        value = merged
+    elif not isinstance(value, dict):
+        raise ValueError("Not a valid mapping type.")
+    # Measured without recursion, so nesting deep enough to exhaust the stack is a clean
+    # refusal too.
+    level = [value]
+    for depth in range(1, MAX_METADATA_DEPTH + 2):
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"Nested more than {MAX_METADATA_DEPTH} levels deep.")
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            break
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"Larger than {MAX_METADATA_BYTES} bytes as JSON ({size}).")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class TransmissionRequest:
@@ -23,24 +68,38 @@ class TransmissionRequest:
     message: OutgoingMessage
     template_id: str | None = None
     substitution_data: Mapping[str, Any] = field(default_factory=dict)
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _render_template(account: Account, request: TransmissionRequest) -> OutgoingMessage:
     """The message with subject and bodies from the template's current version, rendered now:
-    the message is fixed at acceptance, whatever happens to the template before it is relayed."""
+    the message is fixed at acceptance, whatever happens to the template before it is relayed.
+
+    A body the request carries is used only for a part the template lacks (published client
+    libraries always send one, as a fallback). A request subject replaces the template's and
+    is rendered with the same data, raw, as a template subject is.
+    """
     template_id = request.template_id
     try:
         _, compiled = templates_store.compiled_version(account.id, template_id)
     except templates_store.TemplateNotFound:
         raise TemplateNotFound(template_id) from None
-    rendered = compiled.render(dict(request.substitution_data))
-    text = rendered.body_text or None
-    html = rendered.body_html or None
+    data = dict(request.substitution_data)
+    rendered = compiled.render(data)
+    text = rendered.body_text or request.message.text
+    html = rendered.body_html or request.message.html
     if text is None and html is None:
         raise InvalidInput("template_id", f"Template {template_id!r} renders no body.")
-    subject = request.message.subject
-    if not subject:
+    if request.message.subject:
+        try:
+            subject = templates_store.render_subject(request.message.subject, data).strip()
+        except templates_store.TemplateSyntaxError as error:
+            raise InvalidInput("subject", f"Not a valid template: {error.detail}.") from None
+        except templates_store.RenderError as error:
+            raise InvalidInput("subject", f"Could not render: {error.detail}.") from None
+        if not subject:
+            raise InvalidInput("subject", "Renders as nothing with this substitutionData.")
+    else:
         if not rendered.subject or not rendered.subject.strip():
             raise InvalidInput("subject", "Missing, and the template has no subject.")
         subject = rendered.subject.strip()

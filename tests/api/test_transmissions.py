@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -112,6 +113,84 @@ def test_attachment_alias(client, auth):
     assert OutgoingMessage.from_payload(json.loads(stored)).attachments[0].filename == "a.txt"
 
 
+def stored_metadata(response):
+    assert response.status_code == 200, response.get_json()
+    return json.loads(Transmission.get_by_id(response.get_json()["transmissionId"]).metadata)
+
+
+def test_metadata_is_kept_verbatim(client, auth):
+    metadata = {"note": "", "empty": {}, "none": None, "n": 0, "list": ["", [], {"k": ""}]}
+    assert stored_metadata(post(client, auth, message(metadata=metadata))) == metadata
+    deepest = functools.reduce(lambda inner, _: [inner], range(31), 1)  # 32 levels in all
+    assert stored_metadata(post(client, auth, message(metadata={"k": deepest})))["k"] == deepest
+    exactly = {"k": "x" * (10 * 1024 - len('{"k":""}'))}
+    assert stored_metadata(post(client, auth, message(metadata=exactly))) == exactly
+    wide = {"k": "é" * 5200}  # counted in UTF-8 bytes, not characters
+    assert_error(post(client, auth, message(metadata=wide)), 400, "validation_failed", "metadata")
+
+
+@pytest.mark.parametrize("depth", [900, 50_000])
+def test_metadata_nested_past_any_stack_is_a_clean_400(client, auth, depth):
+    nested = "[" * depth + "]" * depth
+    body = json.dumps(message(metadata={"k": 1})).replace("1}", nested + "}", 1)
+    response = client.post(URL, data=body, content_type="application/json", headers=auth)
+    if depth < 1000:  # within what the JSON parser reads: the field is named
+        assert_error(response, 400, "validation_failed", "metadata")
+    else:
+        assert_error(response, 400, "malformed_json")
+    assert Transmission.select().count() == 0
+
+
+def create_template(client, auth, **template):
+    response = client.post("/v1/layang/templates", json=template, headers=auth)
+    assert response.status_code == 201, response.get_json()
+
+
+def stored_message(response):
+    assert response.status_code == 200, response.get_json()
+    payload = Transmission.get_by_id(response.get_json()["transmissionId"]).payload
+    return OutgoingMessage.from_payload(json.loads(payload))
+
+
+def test_template_parts_first_request_body_only_for_a_missing_part(client, auth):
+    create_template(client, auth, id="html", name="H", subject="S {{n}}", bodyHtml="<p>{{n}}</p>")
+    body = message(templateId="html", substitutionData={"n": "1"}, subject=None)
+    sent = stored_message(post(client, auth, {**body, "bodyHtml": "<p>mine</p>"}))
+    assert (sent.subject, sent.text, sent.html) == ("S 1", "Thanks for your order.", "<p>1</p>")
+    create_template(client, auth, id="text", name="T", bodyText="T {{n}}")
+    sent = stored_message(post(client, auth, {**body, "templateId": "text", "subject": "{{n}}!"}))
+    assert (sent.subject, sent.text, sent.html) == ("1!", "T 1", None)
+
+
+def test_request_subject_with_a_template_is_checked(client, auth):
+    create_template(client, auth, id="t", name="T", subject="S", bodyText="x")
+    body = message(templateId="t", subject="Hi {{ name")
+    assert_error(post(client, auth, body), 400, "validation_failed", "subject")
+    body = message(templateId="t", subject="{{ missing }}")
+    assert_error(post(client, auth, body), 400, "validation_failed", "subject")
+    # Rendered in the same sandbox as templates: Python internals stay out of reach.
+    body = message(templateId="t", subject="x{{ n.__class__ }}", substitutionData={"n": 1})
+    assert stored_message(post(client, auth, body)).subject == "x"
+    assert Transmission.select().count() == 1
+
+
+def test_attachment_content_id_and_disposition(client, auth):
+    png = {"filename": "a.png", "value": b64(b"x")}
+    attachments = [
+        {**png, "contentId": "<logo@shop>"},
+        {**png, "contentId": "logo2", "disposition": "attachment"},
+        {**png, "disposition": "inline"},
+        {**png, "contentId": "", "disposition": ""},
+    ]
+    sent = stored_message(post(client, auth, message(attachments=attachments)))
+    assert [(a.content_id, a.disposition) for a in sent.attachments] == [
+        ("logo@shop", "inline"),
+        ("logo2", "attachment"),
+        (None, "inline"),
+        (None, "attachment"),
+    ]
+
+
 def test_duplicate_recipients_get_one_email(client, auth):
     body = message(cc=[{"email": "ANA@rcpt.test"}], bcc=[{"email": "ana@RCPT.test"}])
     transmission_id = post(client, auth, body).get_json()["transmissionId"]
@@ -139,7 +218,7 @@ def test_international_domain_is_accepted(client, auth):
         ({"subject": "Hi\r\nBcc: victim@evil.test"}, "subject"),
         ({"from": {"email": "a@b.test", "name": "x\r\nBcc: victim@evil.test"}}, "from.name"),
         ({"bodyText": None}, "bodyText"),
-        ({"templateId": "welcome"}, "templateId"),
+        ({"templateId": "x" * 65}, "templateId"),
         ({"cc": [{"email": "ok@rcpt.test"}, {"email": "bad@"}]}, "cc.1.email"),
         ({"bcc": "someone@rcpt.test"}, "bcc"),
         ({"unknownField": 1}, "unknownField"),
@@ -151,7 +230,18 @@ def test_international_domain_is_accepted(client, auth):
         ({"headers": [{"name": "X A", "value": "1"}]}, "headers.0.name"),
         ({"headers": [{"name": "X-B:", "value": "1"}]}, "headers.0.name"),
         ({"headers": [{"name": "Reply-To", "value": "<<not an address"}]}, "headers.0.value"),
-        ({"metadata": {"k": 1}}, "metadata.k.value"),
+        ({"metadata": "order 42"}, "metadata"),
+        ({"metadata": [{"a": 1}, "b"]}, "metadata"),
+        ({"metadata": {"k": "x" * 10_241}}, "metadata"),
+        ({"metadata": {"k": functools.reduce(lambda inner, _: [inner], range(32), 1)}}, "metadata"),
+        (
+            {"attachments": [{"filename": "a.png", "value": b64(b"x"), "contentId": "a b"}]},
+            "attachments.0.contentId",
+        ),
+        (
+            {"attachments": [{"filename": "a.png", "value": b64(b"x"), "disposition": "hidden"}]},
+            "attachments.0.disposition",
+        ),
         ({"attachments": [{"filename": "a.txt", "value": "***"}]}, "attachments.0.value"),
         (
             {"attachments": [{"filename": "../etc/passwd", "value": b64(b"x")}]},

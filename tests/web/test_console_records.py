@@ -23,7 +23,7 @@ def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream,
                 "subject": "Hello",
                 "to": [{"email": to}],
                 "bodyText": "hi",
-                "metadata": {"order": "42"},
+                "metadata": {"order": "42", "vip": True, "items": [{"sku": "<b>"}]},
             },
         )
         assert response.status_code == 200
@@ -47,6 +47,9 @@ def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream,
         assert f"<code>{record['transmissionId']}</code>" in page
         assert f"<code>{html.escape(record['messageId'])}</code>" in page
         assert "<dt>order</dt><dd>42</dd>" in page
+        # Values that are not strings show as JSON, not as Python's repr.
+        assert "<dt>vip</dt><dd>true</dd>" in page
+        assert '<dt>items</dt><dd>[{"sku": "\\u003cb\\u003e"}]</dd>' in page
         for event in record["events"]:
             at = event["timestamp"]
             assert f'<time datetime="{at}">{at[:23].replace("T", " ")} UTC</time>' in page
