@@ -172,7 +172,7 @@ class Mailbox:
 def content_id_problem(content_id: str) -> str | None:
     """Why ``content_id`` (angle brackets already removed) cannot be a Content-ID, or None."""
     if not CONTENT_ID.match(content_id):
-        return "Not a valid Content-ID: printable ASCII without spaces, <>()[],;:\\ or quotes."
+        return 'Not a valid Content-ID: printable ASCII without spaces or any of <>()[],;:\\".'
     return None
 
 
