@@ -14,7 +14,7 @@ from layang.cli_send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError
 from layang.db import open_database
-from layang.domain import accounts
+from layang.domain import accounts, sending_domains
 from layang.domain.errors import LayangError
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
@@ -178,6 +178,54 @@ def keys_revoke(key_id: str) -> None:
     with domain_errors():
         key = accounts.revoke_api_key(key_id)
     emit({"id": key.id, "revokedAt": iso_ms(key.revoked_at)})
+
+
+@main.group("domains")
+def domains_group() -> None:
+    """Sending domains: the DNS records to publish, and DKIM."""
+
+
+def _dump_domain(state: Any) -> dict[str, Any]:
+    from layang.api.domains import DomainSchema
+
+    return DomainSchema().dump(state)
+
+
+@domains_group.command("add")
+@click.argument("name")
+@click.argument("domain")
+@click.option("--return-path-domain", default=None, help="Default: bounces.DOMAIN.")
+def domains_add(name: str, domain: str, return_path_domain: str | None) -> None:
+    """Add DOMAIN to account NAME; prints it with the records to publish."""
+    config = load_config()
+    open_db(config)
+    with domain_errors():
+        account = accounts.get_account(name)
+        state = sending_domains.create_domain(account, domain, return_path_domain, config)
+    emit(_dump_domain(state))
+
+
+@domains_group.command("list")
+@click.argument("name")
+def domains_list(name: str) -> None:
+    """List account NAME's sending domains, as of their last check."""
+    config = load_config()
+    open_db(config)
+    with domain_errors():
+        page = sending_domains.list_domains(accounts.get_account(name), config, limit=500)
+    emit([_dump_domain(state) for state in page.items])
+
+
+@domains_group.command("verify")
+@click.argument("name")
+@click.argument("domain")
+def domains_verify(name: str, domain: str) -> None:
+    """Check DOMAIN's records in DNS now; prints the domain with each record's status."""
+    config = load_config()
+    open_db(config)
+    with domain_errors():
+        state = sending_domains.verify_domain(accounts.get_account(name), domain, config)
+    emit(_dump_domain(state))
 
 
 class domain_errors:

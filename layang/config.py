@@ -66,6 +66,37 @@ def _integer(raw: str, name: str) -> int:
     return value
 
 
+def _boolean(raw: str, name: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, not {raw!r}")
+
+
+def parse_resolvers(raw: str, name: str) -> tuple[tuple[str, int], ...]:
+    """``host:port[,host:port…]`` as (host, port) pairs; a bare host means port 53."""
+    servers = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.rpartition(":")[2].isdigit() and (item.count(":") == 1 or item.startswith("[")):
+            host, port = parse_bind(item, name)
+        else:
+            host, port = item.strip("[]"), 53
+        servers.append((host, port))
+    if not servers:
+        raise ConfigError(f"{name} must list resolvers as host:port[,host:port]")
+    return tuple(servers)
+
+
+def _resolvers(raw: str, name: str) -> str:
+    parse_resolvers(raw, name)
+    return raw
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -121,6 +152,11 @@ class Config:
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
     worker_metrics_bind: str = _setting("LAYANG_WORKER_METRICS_BIND", _bind, default="")
+    dns_resolver: str = _setting("LAYANG_DNS_RESOLVER", _resolvers, default="")
+    require_verified_domain: bool = _setting(
+        "LAYANG_REQUIRE_VERIFIED_DOMAIN", _boolean, default=False
+    )
+    inbound_host: str = _setting("LAYANG_INBOUND_HOST", default="")
 
     def __post_init__(self) -> None:
         if not self.secret_key:
@@ -161,6 +197,13 @@ class Config:
     @property
     def http_host_port(self) -> tuple[str, int]:
         return parse_bind(self.http_bind, "LAYANG_HTTP_BIND")
+
+    @property
+    def dns_resolvers(self) -> tuple[tuple[str, int], ...]:
+        """The resolvers of ``LAYANG_DNS_RESOLVER``; empty means the system's."""
+        if not self.dns_resolver:
+            return ()
+        return parse_resolvers(self.dns_resolver, "LAYANG_DNS_RESOLVER")
 
     @property
     def smtp_host_port(self) -> tuple[str, int]:

@@ -137,6 +137,48 @@ class AuthorizedRecipient(BaseModel):
 MODELS.append(AuthorizedRecipient)
 
 
+PENDING = "pending"
+ACTIVE = "active"
+RETIRED = "retired"
+
+
+class SendingDomain(BaseModel):
+    """A domain an account sends from. It belongs to one account (``domain`` is unique across
+    accounts); ``status`` turns ``verified`` once one of its DKIM records is found in DNS.
+    ``records`` keeps the last DNS check, as JSON, so a listing needs no look-ups."""
+
+    account = peewee.ForeignKeyField(Account, backref="sending_domains", on_delete="CASCADE")
+    domain = peewee.CharField(max_length=253, unique=True)
+    return_path_domain = peewee.CharField(max_length=253)
+    status = peewee.CharField(max_length=16, default=PENDING)
+    records = peewee.TextField(default="[]")
+    created_at = peewee.BigIntegerField(default=now_ms)
+    checked_at = peewee.BigIntegerField(null=True)
+    verified_at = peewee.BigIntegerField(null=True)
+
+
+class DkimKey(BaseModel):
+    """One DKIM key pair of a sending domain. Only the key that is ``active`` signs; a
+    ``pending`` one takes over once its record is found, and the one it replaces is
+    ``retired`` (kept, with its record, until deleted). ``private_key`` is encrypted."""
+
+    sending_domain = peewee.ForeignKeyField(SendingDomain, backref="keys", on_delete="CASCADE")
+    selector = peewee.CharField(max_length=63)
+    algorithm = peewee.CharField(max_length=16)
+    bits = peewee.IntegerField()
+    status = peewee.CharField(max_length=16, default=PENDING)
+    public_key = peewee.TextField()
+    private_key = peewee.BlobField()
+    created_at = peewee.BigIntegerField(default=now_ms)
+    activated_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        indexes = ((("sending_domain", "selector"), True),)
+
+
+MODELS.extend([SendingDomain, DkimKey])
+
+
 # The template store's tables live in the same database as everything else.
 for _model in templates_store.MODELS:
     _model.bind(database)

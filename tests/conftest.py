@@ -20,6 +20,7 @@ from layang.domain import accounts
 from layang.models import Account
 from layang.sending.worker import Worker
 from tests.browser import browser, live_server  # noqa: F401 - fixtures
+from tests.dns_server import dns_zone  # noqa: F401 - fixture
 from tests.postgres.server import cluster, postgres_database, postgres_url  # noqa: F401 - fixtures
 from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
 

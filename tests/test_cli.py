@@ -15,7 +15,7 @@ def layang(config):
     runner = CliRunner()
     env = {"LAYANG_DATA_DIR": str(config.data_dir), "LAYANG_DATABASE_URL": config.database_url}
 
-    def invoke(*args, ok=True):
+    def invoke(*args, ok=True, env=env):
         result = runner.invoke(main, list(args), env=env, catch_exceptions=False)
         if ok:
             assert result.exit_code == 0, result.output
@@ -61,3 +61,22 @@ def test_db_upgrade_is_idempotent(layang):
     again = json.loads(layang("db", "upgrade").stdout)
     assert again == {"applied": []}
     assert isinstance(first["applied"], list)
+
+
+def test_domains_add_list_and_verify(layang, config, dns_zone):
+    layang("accounts", "create", "shop", "--live")
+    added = json.loads(layang("domains", "add", "shop", "example.com").stdout)
+    assert added["status"] == "pending" and added["dkim"][0]["bits"] == 2048
+    assert "PRIVATE" not in json.dumps(added)
+    listed = json.loads(layang("domains", "list", "shop").stdout)
+    assert [d["domain"] for d in listed] == ["example.com"]
+    dns_zone.publish(added["records"])
+    env = {"LAYANG_DATA_DIR": str(config.data_dir), "LAYANG_DATABASE_URL": config.database_url}
+    verify = layang("domains", "verify", "shop", "example.com", env=env | resolver(dns_zone))
+    assert json.loads(verify.stdout)["status"] == "verified"
+    again = layang("domains", "add", "shop", "example.com", ok=False)
+    assert json.loads(again.stderr)["error"] == "conflict"
+
+
+def resolver(zone):
+    return {"LAYANG_DNS_RESOLVER": zone.address}

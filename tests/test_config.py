@@ -37,6 +37,9 @@ DOCUMENTED = {
     "log_level": "INFO",
     "log_format": "text",
     "worker_metrics_bind": "",
+    "dns_resolver": "",
+    "require_verified_domain": False,
+    "inbound_host": "",
 }
 
 
@@ -85,6 +88,9 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_LOG_LEVEL": "debug",
         "LAYANG_LOG_FORMAT": "JSON",
         "LAYANG_WORKER_METRICS_BIND": "127.0.0.1:9101",
+        "LAYANG_DNS_RESOLVER": "127.0.0.1:5353,[::1]:53",
+        "LAYANG_REQUIRE_VERIFIED_DOMAIN": "true",
+        "LAYANG_INBOUND_HOST": "mx.example.com",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")
@@ -92,6 +98,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         assert getattr(config, setting.name) != getattr(defaults, setting.name), setting.name
     assert config.public_url == "https://mail.example.com"
     assert (config.log_level, config.log_format) == ("DEBUG", "json")
+    assert config.dns_resolvers == (("127.0.0.1", 5353), ("::1", 53))
     assert not (empty_dir / "data").exists()  # a key from the environment writes nothing
 
 
@@ -139,6 +146,8 @@ def test_a_config_always_has_a_secret_key():
         ("LAYANG_RETRY_BASE_SECONDS", "-1", "must be positive"),
         ("LAYANG_HTTP_WORKERS", "2.5", "must be a whole number"),
         ("LAYANG_LOG_FORMAT", "xml", "must be one of text, json"),
+        ("LAYANG_REQUIRE_VERIFIED_DOMAIN", "maybe", "must be true or false"),
+        ("LAYANG_DNS_RESOLVER", ",", "must list resolvers"),
     ],
 )
 def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):

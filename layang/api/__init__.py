@@ -92,7 +92,7 @@ def authenticate_request() -> None:
 
 
 def init_api(app: flask.Flask) -> None:
-    from layang.api import activity, authorized_recipients, templates, transmissions
+    from layang.api import activity, authorized_recipients, domains, templates, transmissions
 
     app.config.update(
         API_TITLE="Layang",
@@ -114,7 +114,7 @@ def init_api(app: flask.Flask) -> None:
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "description": "An API key, lyg_…"}
     )
-    for module in (transmissions, templates, activity, authorized_recipients):
+    for module in (transmissions, templates, activity, authorized_recipients, domains):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
     register_error_handlers(app)

@@ -23,6 +23,7 @@ from layang.domain.errors import (
     MessageTooLarge,
     NotFound,
     RecipientNotAuthorized,
+    SenderDomainNotVerified,
     SenderNotAllowed,
     TemplateNotFound,
 )
@@ -123,9 +124,15 @@ _DOMAIN_STATUS: tuple[tuple[type[LayangError], int], ...] = (
     (MessageTooLarge, 413),
     (RecipientNotAuthorized, 422),
     (SenderNotAllowed, 422),
+    (SenderDomainNotVerified, 422),
 )
 # The request's names for the message fields the domain names in its errors.
-_FIELD_PATHS = {"template_id": "templateId", "sender": "from", "reply_to": "replyTo"}
+_FIELD_PATHS = {
+    "template_id": "templateId",
+    "sender": "from",
+    "reply_to": "replyTo",
+    "return_path_domain": "returnPathDomain",
+}
 _NOT_AUTHORIZED = "Not a verified authorized recipient of this sandbox account."
 
 
@@ -143,6 +150,9 @@ def describe(error: LayangError) -> ApiError:
         message = f"templateId: no template {error.template_id!r}."
     elif isinstance(error, SenderNotAllowed):
         message = f"from.email: sandbox accounts send from {error.allowed} only."
+        errors = {"from": {"email": [error.message]}}
+    elif isinstance(error, SenderDomainNotVerified):
+        message = f"from.email: {error.message}"
         errors = {"from": {"email": [error.message]}}
     elif isinstance(error, RecipientNotAuthorized):
         errors = {

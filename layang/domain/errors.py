@@ -79,3 +79,19 @@ class SenderNotAllowed(LayangError):
         super().__init__(f"Sandbox accounts send from {allowed} only.")
         self.sender = sender
         self.allowed = allowed
+
+
+class SenderDomainNotVerified(LayangError):
+    """A live account sent from a domain it has not verified, while
+    ``LAYANG_REQUIRE_VERIFIED_DOMAIN`` is on."""
+
+    code = "sender_domain_not_verified"
+
+    def __init__(self, sender: str) -> None:
+        domain = sender.rpartition("@")[2]
+        super().__init__(
+            f"{domain} is not a verified sending domain of this account; add and verify it "
+            "under /v1/layang/domains."
+        )
+        self.sender = sender
+        self.domain = domain

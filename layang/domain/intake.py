@@ -11,6 +11,7 @@ import templates_store
 from layang.config import Config
 from layang.domain.errors import InvalidInput, MessageTooLarge, TemplateNotFound
 from layang.domain.sandbox import check_recipients, check_sender
+from layang.domain.sending_domains import check_sender_domain
 from layang.models import Account
 from layang.sending.message import RECIPIENT_KINDS, OutgoingMessage
 from layang.sending.outbox import queue_message
@@ -112,7 +113,8 @@ def accept_transmission(account: Account, request: TransmissionRequest, config: 
     Raises ``MessageTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
     unknown template, ``InvalidInput`` when the template leaves the message without a body
     or subject, ``SenderNotAllowed`` / ``RecipientNotAuthorized`` when a sandbox account breaks
-    the sandbox rules. Nothing is queued when it raises.
+    the sandbox rules, ``SenderDomainNotVerified`` when a live account must send from a
+    verified domain and does not. Nothing is queued when it raises.
     """
     message = request.message
     if request.template_id is not None:
@@ -120,6 +122,7 @@ def accept_transmission(account: Account, request: TransmissionRequest, config: 
     if message.content_size() > config.max_message_bytes:
         raise MessageTooLarge(config.max_message_bytes)
     check_sender(account, message.sender.email, config)
+    check_sender_domain(account, message.sender.email, config)
     check_recipients(
         account,
         {

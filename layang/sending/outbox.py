@@ -185,6 +185,17 @@ class QueuedTransmission:
     message_id: str
     payload: str | None
     raw: bytes | None
+    account_id: int = 0
+    from_header: str = ""
+
+    @property
+    def from_domain(self) -> str:
+        """The domain of the From header (the address DKIM aligns with), lower-cased."""
+        try:
+            address = json.loads(self.from_header)["email"]
+        except (ValueError, KeyError, TypeError):
+            address = self.mail_from
+        return address.rpartition("@")[2].rstrip(".").lower()
 
 
 def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[ClaimedRecipient]:
@@ -223,12 +234,12 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
         return {}
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
-        'SELECT "id", "mail_from", "message_id", "payload", "raw" FROM "transmission" '
-        f'WHERE "id" IN ({marks})',
+        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header" '
+        f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )
     return {
-        row[0]: QueuedTransmission(*row[:4], None if row[4] is None else bytes(row[4]))
+        row[0]: QueuedTransmission(*row[:4], None if row[4] is None else bytes(row[4]), *row[5:])
         for row in cursor.fetchall()
     }
 

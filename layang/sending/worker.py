@@ -27,6 +27,7 @@ from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.metrics import recorded_outcomes, timed_relay
 from layang.sending.compose import compose_message
+from layang.sending.dkim import DkimSigner
 from layang.sending.message import OutgoingMessage
 from layang.sending.outbox import (
     Attempt,
@@ -70,6 +71,7 @@ class Worker:
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
         self.tracker = Tracker(config.secret_key, config.public_url)
+        self.signer = DkimSigner(config.secret_key)
         self.books = Bookkeeper(self)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
@@ -131,6 +133,7 @@ class Worker:
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
+        self.signer.load(t.account_id for t in transmissions.values())
         self.books.hold(list(groups.values()))
         started = time.monotonic()
         sent = 0
@@ -187,6 +190,9 @@ class Worker:
         except Exception as error:
             self.unbuildable(transmission, recipients, error)
             return
+        # Signed last, over the very bytes relayed; what is kept for retries stays unsigned, so
+        # a retry is signed with whichever key is active then.
+        raw = self.signer.sign(raw, transmission.account_id, transmission.from_domain)
         addresses = [r.address for r in recipients]
         with self.books.in_flight(), timed_relay():
             result = self.relay.send(

@@ -20,7 +20,9 @@ from layang.clock import now_ms
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, new_id
 from layang.domain.accounts import authenticate
+from layang.domain.errors import SenderDomainNotVerified
 from layang.domain.sandbox import sender_allowed, verified_addresses
+from layang.domain.sending_domains import check_sender_domain
 from layang.models import Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
@@ -133,6 +135,13 @@ class SubmissionHandler:
                 f"553 5.7.1 Sender not allowed: sandbox accounts send from "
                 f"{self.config.sandbox_sender}"
             )
+        if self.config.require_verified_domain and not account.is_sandbox:
+            try:
+                await asyncio.to_thread(self._check_domain, account, sender)
+            except SenderDomainNotVerified as error:
+                return f"553 5.7.1 Sender not allowed: {error.message}"
+            except UNAVAILABLE_ERRORS:
+                return "451 4.3.0 Temporary failure checking the sender; try again later"
         envelope.mail_from = sender
         envelope.mail_options.extend(mail_options)
         return "250 2.1.0 OK"
@@ -164,6 +173,10 @@ class SubmissionHandler:
             envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 OK"
 
+    def _check_domain(self, account: Account, address: str) -> None:
+        database.connect(reuse_if_open=True)
+        check_sender_domain(account, address, self.config)
+
     @staticmethod
     def _verified(account: Account, address: str) -> bool:
         database.connect(reuse_if_open=True)
@@ -178,6 +191,8 @@ class SubmissionHandler:
                 list(envelope.rcpt_tos),
                 envelope.original_content or b"",
             )
+        except SenderDomainNotVerified as error:
+            return f"554 5.7.1 From header not allowed: {error.message}"
         except Exception:
             log.exception("could not store a submitted message")
             return "451 4.3.0 Could not store the message; try again later"
@@ -189,6 +204,8 @@ class SubmissionHandler:
         transmission_id = new_id()
         accepted_at = now_ms()
         message = prepare_submission(data, transmission_id, accepted_at, mail_from)
+        # The header From is what DKIM and DMARC align with, so it is held to the same rule.
+        check_sender_domain(account, message.from_address["email"], self.config)
 
         def kind(address: str) -> str:
             key = address.lower()

@@ -18,7 +18,7 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 
 import templates_store
 from layang.clock import iso_ms
-from layang.domain import records, sandbox
+from layang.domain import records, sandbox, sending_domains
 from layang.domain.accounts import authenticate, hash_key
 from layang.domain.errors import LayangError, NotFound
 from layang.models import EVENT_KINDS, Account, ApiKey
@@ -279,6 +279,45 @@ def template_html(account: Account, template_id: str) -> Any:
     return response
 
 
+@signed_in
+def domains_page(account: Account) -> Any:
+    config = current_app.config["LAYANG"]
+    if request.method == "POST":
+        name = request.form.get("domain", "")
+        try:
+            state = sending_domains.create_domain(account, name, None, config)
+        except LayangError as error:
+            flash(error.message, "error")
+        else:
+            flash(f"{state.domain} was added: publish its records, then press Verify.")
+        return redirect(url_for("web.console_domains"))
+    page = sending_domains.list_domains(account, config, limit=500)
+    return render_template(
+        "console/domains.html", domains=page.items, split_txt=sending_domains.split_txt
+    )
+
+
+@signed_in
+def domain_action(account: Account, domain: str, action: str, selector: str = "") -> Any:
+    config = current_app.config["LAYANG"]
+    try:
+        if action == "verify":
+            state = sending_domains.verify_domain(account, domain, config)
+            flash(f"{state.domain}: {state.status}; every record was checked in DNS just now.")
+        elif action == "rotate":
+            state = sending_domains.rotate_key(account, domain, config)
+            flash(f"{state.domain}: a new key waits; publish its record, then press Verify.")
+        elif action == "delete-key":
+            sending_domains.delete_key(account, domain, selector)
+            flash(f"Key {selector} was deleted.")
+        else:
+            sending_domains.delete_domain(account, domain)
+            flash(f"{domain} was deleted.")
+    except LayangError as error:
+        flash(error.message, "error")
+    return redirect(url_for("web.console_domains"))
+
+
 def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
         ("/console", "console_home", lambda: redirect(url_for("web.console_activity")), ["GET"]),
@@ -297,6 +336,22 @@ def register(blueprint: flask.Blueprint) -> None:
             "/console/recipients/<recipient_id>/delete",
             "console_recipient_delete",
             functools.partial(recipient_action, action="delete"),
+            ["POST"],
+        ),
+        ("/console/domains", "console_domains", domains_page, ["GET", "POST"]),
+        *(
+            (
+                f"/console/domains/<domain>/{action}",
+                f"console_domain_{action.replace('-', '_')}",
+                functools.partial(domain_action, action=action),
+                ["POST"],
+            )
+            for action in ("verify", "rotate", "delete")
+        ),
+        (
+            "/console/domains/<domain>/keys/<selector>/delete",
+            "console_domain_key_delete",
+            functools.partial(domain_action, action="delete-key"),
             ["POST"],
         ),
         ("/console/templates", "console_templates", templates_page, ["GET"]),

@@ -1,0 +1,163 @@
+"""``/v1/layang/domains``: sending domains, the DNS records to publish, and their DKIM keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask import current_app, g
+from flask.views import MethodView
+from marshmallow import fields, validate
+
+from layang.api import Blueprint
+from layang.api.fields import (
+    ISO_8601,
+    CompatSchema,
+    CursorQuerySchema,
+    ErrorSchema,
+    Timestamp,
+    page_schema,
+)
+from layang.domain.sending_domains import (
+    DomainState,
+    create_domain,
+    delete_domain,
+    delete_key,
+    get_domain,
+    list_domains,
+    rotate_key,
+    verify_domain,
+)
+from layang.pagination import Page
+
+blp = Blueprint(
+    "domains",
+    __name__,
+    description="Sending domains: the DNS records to publish, checked in DNS, and DKIM keys.",
+)
+
+
+class DomainInSchema(CompatSchema):
+    domain = fields.String(required=True, validate=validate.Length(min=1, max=253))
+    return_path_domain = fields.String(
+        data_key="returnPathDomain",
+        validate=validate.Length(min=1, max=253),
+        metadata={"description": "Where bounces come back; a subdomain, `bounces.<domain>`."},
+    )
+
+
+class DnsRecordSchema(ma.Schema):
+    purpose = fields.String(metadata={"description": "dkim, spf, dmarc or return-path."})
+    type = fields.String(metadata={"description": "TXT, MX or CNAME."})
+    name = fields.String()
+    value = fields.String(
+        metadata={"description": "Publish this; a long TXT value whole or in 255-byte strings."}
+    )
+    status = fields.String(metadata={"description": "ok, missing or mismatch, as last checked."})
+    found = fields.String(
+        allow_none=True,
+        metadata={"description": "What DNS answered, or why nothing; null before any check."},
+    )
+
+
+class DkimKeySchema(ma.Schema):
+    """Dumps a :class:`layang.models.DkimKey` (never its private key)."""
+
+    selector = fields.String()
+    algorithm = fields.String()
+    bits = fields.Integer()
+    status = fields.String(
+        metadata={"description": "active (signs), pending (record not found yet) or retired."}
+    )
+
+
+class DomainSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.sending_domains.DomainState`."""
+
+    domain = fields.String()
+    status = fields.String(metadata={"description": "pending, then verified once DKIM matches."})
+    return_path_domain = fields.String(data_key="returnPathDomain")
+    records = fields.List(fields.Nested(DnsRecordSchema))
+    dkim = fields.List(fields.Nested(DkimKeySchema))
+    checked_at = Timestamp(
+        allow_none=True,
+        data_key="checkedAt",
+        metadata={**ISO_8601, "description": "When DNS was last checked; null until then."},
+    )
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+
+
+DomainListSchema = page_schema(DomainSchema, "DomainListSchema")
+
+
+def _config() -> Any:
+    return current_app.config["LAYANG"]
+
+
+@blp.route("/domains")
+class Domains(MethodView):
+    @blp.arguments(CursorQuerySchema(), location="query")
+    @blp.response(200, DomainListSchema)
+    def get(self, query: dict[str, Any]) -> Page[DomainState]:
+        """List sending domains, newest first"""
+        return list_domains(g.account, _config(), limit=query["limit"], cursor=query.get("cursor"))
+
+    @blp.arguments(DomainInSchema())
+    @blp.response(201, DomainSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description="The domain is already added.")
+    def post(self, data: dict[str, Any]) -> DomainState:
+        """Add a sending domain
+
+        It starts `pending` with a fresh RSA-2048 DKIM key; publish its `records`, then verify.
+        """
+        return create_domain(g.account, data["domain"], data.get("return_path_domain"), _config())
+
+
+@blp.route("/domains/<domain>")
+class DomainByName(MethodView):
+    @blp.response(200, DomainSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def get(self, domain: str) -> DomainState:
+        """Get a sending domain, as of its last check"""
+        return get_domain(g.account, domain, _config())
+
+    @blp.response(204)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def delete(self, domain: str) -> None:
+        """Delete a sending domain and its keys"""
+        delete_domain(g.account, domain)
+
+
+@blp.route("/domains/<domain>/verify")
+class VerifyDomain(MethodView):
+    @blp.response(200, DomainSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def post(self, domain: str) -> DomainState:
+        """Check every record in DNS now
+
+        The domain is `verified` once a DKIM record matches; a pending key that matches starts
+        signing.
+        """
+        return verify_domain(g.account, domain, _config())
+
+
+@blp.route("/domains/<domain>/dkim/rotate")
+class RotateKey(MethodView):
+    @blp.response(200, DomainSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description="A new key is already pending.")
+    def post(self, domain: str) -> DomainState:
+        """Add a new DKIM key
+
+        It is `pending`: signing moves to it once its record verifies; the old key signs until
+        then, and is `retired` after.
+        """
+        return rotate_key(g.account, domain, _config())
+
+
+@blp.route("/domains/<domain>/dkim/<selector>")
+class KeyBySelector(MethodView):
+    @blp.response(204)
+    @blp.alt_response(409, schema=ErrorSchema, description="It is the only active key.")
+    def delete(self, domain: str, selector: str) -> None:
+        """Delete a DKIM key"""
+        delete_key(g.account, domain, selector)
