@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layang.clock import now_ms
-from layang.db import InsertBatch, database, insert_rows, write_transaction
+from layang.db import InsertBatch, insert_rows, write_relaxed, write_transaction
 from layang.domain.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidInput
 from layang.models import Account, IdempotencyAnswer, IdempotencyKey
 
@@ -106,9 +106,10 @@ def begin(account: Account, key: str, request_fingerprint: str) -> Claim | Repla
     now = now_ms()
     token = secrets.token_hex(16)
     claim = Claim(account.id, key, request_fingerprint, token, now + KEY_LIFETIME_MS)
+    # Most keys are new: claimed in one statement, without a transaction around it.
+    if _insert_claim(claim, now):
+        return claim
     with write_transaction(durable=False):
-        if _insert_claim(claim, now):
-            return claim
         answer = _answer(account.id, key)
         if answer is not None and answer.expires_at > now:
             if answer.fingerprint != request_fingerprint:
@@ -138,11 +139,11 @@ def begin(account: Account, key: str, request_fingerprint: str) -> Claim | Repla
 def _insert_claim(claim: Claim, now: int) -> bool:
     # ON CONFLICT DO NOTHING: a concurrent claimer waits for the first one's commit (PostgreSQL)
     # or its write lock (SQLite) and then finds the row, instead of failing the transaction.
-    cursor = database.execute_sql(
-        _CLAIM_SQL.replace("?", database.obj.param),
+    _, inserted = write_relaxed(
+        _CLAIM_SQL,
         (claim.account_id, claim.key, claim.fingerprint, claim.token, now, claim.expires_at),
     )
-    return cursor.rowcount == 1
+    return inserted == 1
 
 
 def _answer(account_id: int, key: str) -> IdempotencyAnswer | None:

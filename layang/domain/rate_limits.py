@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from layang.clock import now_ms
 from layang.config import RateLimit
-from layang.db import database, write_transaction
+from layang.db import database, write_relaxed
 from layang.domain.errors import RateLimited
 from layang.models import Account
 
 _COUNT_SQL = (
     'INSERT INTO "rate_window" ("account_id", "starts_at", "ends_at", "count") '
-    "VALUES ({p}, {p}, {p}, 1) "
+    "VALUES (?, ?, ?, 1) "
     'ON CONFLICT ("account_id", "starts_at") '
     'DO UPDATE SET "count" = "rate_window"."count" + 1 '
     'RETURNING "count"'
@@ -60,11 +60,7 @@ def take(account: Account, limit: RateLimit | None) -> Quota | None:
         return None
     now = now_ms()
     starts, ends = _window(limit, now)
-    sql = _COUNT_SQL.format(p=database.obj.param)
-    with write_transaction(durable=False):
-        cursor = database.execute_sql(sql, (account.id, starts, ends))
-        (count,) = cursor.fetchone()
-        cursor.close()
+    ((count,),), _ = write_relaxed(_COUNT_SQL, (account.id, starts, ends))
     if count > limit.count:
         raise RateLimited(str(limit), _seconds_until(ends, now))
     return Quota(limit.count, limit.count - count, _seconds_until(ends, now))
