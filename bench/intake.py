@@ -4,7 +4,10 @@ The baseline parses the same JSON, loads it with the same marshmallow schema and
 into a SQLite database with the same durability settings. Both run under gunicorn with the same
 number of processes and are loaded by the same client processes, alternately, in one run: the
 baseline with sync workers, Layang with the settings of `layang serve` (gunicorn.conf.py) and,
-for comparison, with the sync workers it used before group commit.
+for comparison, with the sync workers it used before group commit. Two more variants price
+this release's intake checks: a rate limit set too high to refuse anything (one counter upsert
+per send) and an ``Idempotency-Key`` on every send (a claim, and the answer stored with the
+message).
 
     python bench/intake.py [--seconds 8] [--rounds 3] [--clients 4] [--workers 2]
         [--database-url URL] [--variant 'LABEL=GUNICORN OPTIONS' ...]
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,11 +65,15 @@ def wait_healthy(port: int, path: str) -> None:
     raise SystemExit(f"server on port {port} did not come up")
 
 
-def client_loop(port: int, headers: dict[str, str], seconds: float, counter) -> None:
+def client_loop(
+    port: int, headers: dict[str, str], seconds: float, counter, keyed: bool = False
+) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     done = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if keyed:
+            headers = {**headers, "Idempotency-Key": uuid.uuid4().hex}
         conn.request("POST", "/v1/layang/transmissions", body=BODY, headers=headers)
         response = conn.getresponse()
         response.read()
@@ -76,11 +84,11 @@ def client_loop(port: int, headers: dict[str, str], seconds: float, counter) -> 
         counter.value += done
 
 
-def measure(port: int, key: str, seconds: float, clients: int) -> float:
+def measure(port: int, key: str, seconds: float, clients: int, keyed: bool = False) -> float:
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     counter = multiprocessing.Value("i", 0)
     procs = [
-        multiprocessing.Process(target=client_loop, args=(port, headers, seconds, counter))
+        multiprocessing.Process(target=client_loop, args=(port, headers, seconds, counter, keyed))
         for _ in range(clients)
     ]
     started = time.monotonic()
@@ -157,7 +165,15 @@ def main() -> None:
         "baseline": ("bench.baseline_app:app", baseline_env, sync),
         "layang": ("wsgi:app", env, layang_conf),
         "layang, sync workers": ("wsgi:app", env, [*layang_conf, *sync, "--threads", "1"]),
+        # A limit no benchmark reaches: the cost of counting, never a refusal.
+        "layang, rate limit": (
+            "wsgi:app",
+            {**env, "LAYANG_RATE_LIMIT": "1000000000/h"},
+            layang_conf,
+        ),
+        "layang, idempotency keys": ("wsgi:app", env, layang_conf),
     }
+    keyed = {"layang, idempotency keys"}
     for variant in args.variant:
         label, _, options = variant.partition("=")
         servers[f"layang, {label}"] = ("wsgi:app", env, [*layang_conf, *options.split()])
@@ -171,10 +187,13 @@ def main() -> None:
             processes.append(start_gunicorn(app, ports[label], server_env, log, options))
         for label in servers:
             wait_healthy(ports[label], "/healthz")
-            measure(ports[label], key, 1, args.clients)  # warm-up: imports, first connections
+            # Warm-up: imports, first connections.
+            measure(ports[label], key, 1, args.clients, label in keyed)
         for _ in range(args.rounds):
             for label in servers:
-                rates[label].append(measure(ports[label], key, args.seconds, args.clients))
+                rates[label].append(
+                    measure(ports[label], key, args.seconds, args.clients, label in keyed)
+                )
     finally:
         for process in processes:
             process.terminate()

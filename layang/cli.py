@@ -18,7 +18,7 @@ from layang.domain import accounts, sending_domains
 from layang.domain.errors import LayangError
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
-from layang.models import Account
+from layang.models import FULL, SCOPES, Account
 
 
 def load_config() -> Config:
@@ -141,12 +141,20 @@ def keys_group() -> None:
 @keys_group.command("create")
 @click.argument("name")
 @click.option("--label", default="", help="A note to tell keys apart.")
-def keys_create(name: str, label: str) -> None:
-    """New API key for account NAME; prints {"id", "key", "account"} (the key only here)."""
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPES),
+    default=FULL,
+    show_default=True,
+    help="full: everything; send: only submit mail (API send, SMTP); read: only GET.",
+)
+def keys_create(name: str, label: str, scope: str) -> None:
+    """New API key for account NAME; prints {"id", "key", "account", "scope"} (the key only
+    here)."""
     open_db(load_config())
     with domain_errors():
-        key, secret = accounts.create_api_key(accounts.get_account(name), label)
-    emit({"id": key.id, "key": secret, "account": name})
+        key, secret = accounts.create_api_key(accounts.get_account(name), label, scope)
+    emit({"id": key.id, "key": secret, "account": name, "scope": key.scope})
 
 
 @keys_group.command("list")
@@ -162,6 +170,7 @@ def keys_list(name: str) -> None:
                 "id": k.id,
                 "label": k.label,
                 "prefix": k.prefix,
+                "scope": k.scope,
                 "createdAt": iso_ms(k.created_at),
                 "revokedAt": iso_ms(k.revoked_at) if k.revoked_at else None,
             }

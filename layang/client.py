@@ -25,6 +25,7 @@ import os
 import platform
 import random
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -59,6 +60,7 @@ DEFAULT_RETRY_BACKOFF = 0.5
 DEFAULT_MAX_RETRY_WAIT = 30.0
 DEFAULT_PAGE_SIZE = 100
 API_PREFIX = "/v1/layang"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 # 501 and 505 mean "this server will never do that": retrying cannot help.
 _RETRYABLE_5XX = frozenset((500, 502, 503, 504))
@@ -380,12 +382,13 @@ class Layang:
     ``retry_after`` telling when to come back.
 
     Only calls that may safely run twice are retried on every such failure: reads, updates,
-    deletes and previews. Calls that create something (``send``, ``templates.create``,
+    deletes, previews and sends. A send carries an ``Idempotency-Key`` (yours, or one made
+    for the call) that every retry repeats, so the service accepts the message once however
+    often it is retried; a retry that finds the first attempt still being processed waits and
+    tries again. Other calls that create something (``templates.create``,
     ``authorized_recipients.add`` and ``.resend``) are retried only when the request
     certainly was not processed: on 429 (refused before processing) and when the connection
-    could not be opened. After a 5xx, a timeout or a connection lost mid-call, the message may
-    have been accepted, so the error is raised rather than risk sending it twice: check
-    Activity (for instance by a ``metadata`` value of your own) before sending again.
+    could not be opened.
 
     Use it as a context manager, or call :meth:`close`. It is safe to share between threads.
     """
@@ -465,6 +468,7 @@ class Layang:
         substitution_data: Mapping[str, Any] | None = None,
         open_tracking: bool | None = None,
         click_tracking: bool | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
         """Send a message; returns its transmission id once the service has stored it.
 
@@ -475,8 +479,10 @@ class Layang:
         ``(filename, bytes[, mime])`` tuples, ``{"filename", "content": bytes}`` or
         ``{"filename", "value": base64, "mimeType"}``. ``headers`` maps names to values.
 
-        Not retried after a 5xx or a timeout, which may come after the message was accepted:
-        see :class:`Layang`.
+        ``idempotency_key`` (1 to 255 printable ASCII characters) makes a repeat of this
+        call within 24 hours return the first one's transmission id instead of sending again,
+        say after your process restarted; without it, a key is made for this call, so its own
+        retries (see :class:`Layang`) never send twice.
         """
         body: dict[str, Any] = {"from": _address(from_), "to": _addresses(to)}
         if subject is not None:
@@ -505,7 +511,10 @@ class Layang:
         }
         if options:
             body["optionsAttributes"] = options
-        answer = self._json("POST", "/transmissions", json=body, idempotent=False)
+        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+        answer = self._json(
+            "POST", "/transmissions", json=body, headers={IDEMPOTENCY_HEADER: key}, idempotent=True
+        )
         return str(answer["transmissionId"])
 
     # -- transport -------------------------------------------------------------------------
@@ -530,6 +539,7 @@ class Layang:
         }
         query = {k: v for k, v in (params or {}).items() if v is not None}
         timeout: Any = self._timeout if self._timeout is not None else httpx.USE_CLIENT_DEFAULT
+        keyed = IDEMPOTENCY_HEADER in request_headers
         attempt = 0
         while True:
             try:
@@ -548,7 +558,11 @@ class Layang:
                     return response
                 error = error_from_response(response)
                 status = response.status_code
-                may_retry = status == 429 or (idempotent and status in _RETRYABLE_5XX)
+                may_retry = (
+                    status == 429
+                    or (idempotent and status in _RETRYABLE_5XX)
+                    or (keyed and error.error == "idempotency_in_flight")
+                )
                 if not may_retry or attempt >= self.max_retries:
                     raise error
                 if error.retry_after is None:

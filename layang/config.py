@@ -97,6 +97,29 @@ def _resolvers(raw: str, name: str) -> str:
     return raw
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``count`` messages per account in each window of ``seconds``."""
+
+    count: int
+    seconds: int
+
+    def __str__(self) -> str:
+        return f"{self.count}/{_PERIOD_NAMES[self.seconds]}"
+
+
+_PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600}
+_PERIOD_NAMES = {1: "s", 60: "min", 3600: "h"}
+
+
+def _rate_limit(raw: str, name: str) -> RateLimit:
+    count, _, period = raw.strip().partition("/")
+    seconds = _PERIODS.get(period.strip().lower())
+    if not count.strip().isdigit() or int(count) <= 0 or seconds is None:
+        raise ConfigError(f"{name} must look like 50/s, 1000/min or 20000/h, not {raw!r}")
+    return RateLimit(int(count), seconds)
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -157,6 +180,7 @@ class Config:
         "LAYANG_REQUIRE_VERIFIED_DOMAIN", _boolean, default=False
     )
     inbound_host: str = _setting("LAYANG_INBOUND_HOST", default="")
+    rate_limit: RateLimit | None = _setting("LAYANG_RATE_LIMIT", _rate_limit, default=None)  # noqa: RUF009
 
     def __post_init__(self) -> None:
         if not self.secret_key:

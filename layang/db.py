@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
@@ -256,25 +257,64 @@ class SqliteDatabase(peewee.SqliteDatabase):
 
 
 @contextmanager
-def write_transaction(db: peewee.Database | None = None) -> Iterator[None]:
+def write_transaction(db: peewee.Database | None = None, *, durable: bool = True) -> Iterator[None]:
     """A transaction that takes the write lock up front.
 
     On SQLite a deferred transaction that reads then writes fails at once with "database is
     locked" when another writer got in between (waiting cannot help: its snapshot is stale);
     IMMEDIATE serialises writers at BEGIN instead. Every write transaction that reads before
     it writes must use this, never a bare ``atomic()``. ``db`` defaults to the shared one.
+
+    ``durable=False`` (outermost transactions only) commits without waiting for the disk: for
+    bookkeeping that may be lost with the machine, such as a rate-limit count or a claim that
+    matters only until the durable commit of the work it guards. Any later durable commit
+    makes it durable too (the log is written in order).
     """
     if db is None or isinstance(db, peewee.DatabaseProxy):
         db = (db or database).obj
-    if isinstance(db, SqliteDatabase):
-        with db.write_lock, db.atomic("IMMEDIATE"):
-            yield
-    elif isinstance(db, peewee.SqliteDatabase):
-        with db.atomic("IMMEDIATE"):
-            yield
+    if isinstance(db, peewee.SqliteDatabase):
+        lock = db.write_lock if isinstance(db, SqliteDatabase) else contextlib.nullcontext()
+        # In WAL mode, synchronous=NORMAL skips the commit's fsync; it is per connection.
+        relaxed = not durable and not db.in_transaction()
+        with lock:
+            if relaxed:
+                db.execute_sql("PRAGMA synchronous = NORMAL")
+            try:
+                with db.atomic("IMMEDIATE"):
+                    yield
+            finally:
+                if relaxed:
+                    db.execute_sql("PRAGMA synchronous = FULL")
     else:
         with db.atomic():
+            if not durable and db.transaction_depth() == 1:
+                db.execute_sql("SET LOCAL synchronous_commit TO OFF")
             yield
+
+
+def write_relaxed(sql: str, params: Sequence[object]) -> tuple[list[tuple[Any, ...]], int]:
+    """Run one writing statement (``?`` placeholders) committed without waiting for the disk,
+    as ``write_transaction(durable=False)`` does; returns its rows and its row count.
+
+    On PostgreSQL, outside a transaction, it goes with its ``SET LOCAL`` as one message, run
+    as one implicit transaction: one round trip instead of four.
+    """
+    db = database.obj
+    sql = sql.replace("?", db.param)
+    if isinstance(db, peewee.PostgresqlDatabase) and not db.in_transaction():
+        return _rows_and_count(
+            database.execute_sql(f"SET LOCAL synchronous_commit TO OFF; {sql}", params)
+        )
+    with write_transaction(durable=False):
+        # Read before the commit: SQLite cannot commit while a RETURNING statement is unread.
+        return _rows_and_count(database.execute_sql(sql, params))
+
+
+def _rows_and_count(cursor: Any) -> tuple[list[tuple[Any, ...]], int]:
+    rows = cursor.fetchall() if cursor.description else []
+    count = cursor.rowcount
+    cursor.close()
+    return rows, count
 
 
 @functools.lru_cache(maxsize=256)

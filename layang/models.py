@@ -11,6 +11,12 @@ from layang.db import database, new_id
 SANDBOX = "sandbox"
 LIVE = "live"
 
+# What an API key may do (contract 11): everything, only submit mail, or only read.
+FULL = "full"
+SEND = "send"
+READ = "read"
+SCOPES = (FULL, SEND, READ)
+
 # Delivery states of one email to one recipient, and the engagement events added later.
 INJECTION = "Injection"
 DELAY = "Delay"
@@ -49,6 +55,7 @@ class ApiKey(BaseModel):
     secret_hash = peewee.CharField(max_length=64, unique=True)
     created_at = peewee.BigIntegerField(default=now_ms)
     revoked_at = peewee.BigIntegerField(null=True)
+    scope = peewee.CharField(max_length=8, default=FULL, constraints=[peewee.SQL("DEFAULT 'full'")])
 
 
 class Transmission(BaseModel):
@@ -177,6 +184,52 @@ class DkimKey(BaseModel):
 
 
 MODELS.extend([SendingDomain, DkimKey])
+
+
+class IdempotencyKey(BaseModel):
+    """A request's ``Idempotency-Key``, claimed by the process handling it. ``token`` names that
+    claim, so that only its holder releases it; ``claimed_at`` lets a claim whose holder died
+    be taken over."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    key = peewee.CharField(max_length=255)
+    fingerprint = peewee.CharField(max_length=64)
+    token = peewee.CharField(max_length=32)
+    claimed_at = peewee.BigIntegerField()
+    expires_at = peewee.BigIntegerField(index=True)
+
+    class Meta:
+        indexes = ((("account", "key"), True),)
+
+
+class IdempotencyAnswer(BaseModel):
+    """The answer given to the first request with a key, committed with the work it answers
+    for; unique per key, so two holders of one key can never both commit their work."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    key = peewee.CharField(max_length=255)
+    fingerprint = peewee.CharField(max_length=64)
+    status = peewee.IntegerField()
+    body = peewee.TextField()
+    expires_at = peewee.BigIntegerField(index=True)
+
+    class Meta:
+        indexes = ((("account", "key"), True),)
+
+
+class RateWindow(BaseModel):
+    """How many messages an account submitted in one fixed window of the rate limit."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    starts_at = peewee.BigIntegerField()
+    ends_at = peewee.BigIntegerField(index=True)
+    count = peewee.IntegerField()
+
+    class Meta:
+        indexes = ((("account", "starts_at"), True),)
+
+
+MODELS.extend([IdempotencyKey, IdempotencyAnswer, RateWindow])
 
 
 # The template store's tables live in the same database as everything else.

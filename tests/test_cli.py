@@ -80,3 +80,20 @@ def test_domains_add_list_and_verify(layang, config, dns_zone):
 
 def resolver(zone):
     return {"LAYANG_DNS_RESOLVER": zone.address}
+
+
+def test_keys_have_scopes(layang, client):
+    layang("accounts", "create", "shop", "--live")
+    full = json.loads(layang("keys", "create", "shop").stdout)
+    read = json.loads(layang("keys", "create", "shop", "--scope", "read").stdout)
+    send = json.loads(layang("keys", "create", "shop", "--scope", "send").stdout)
+    assert (full["scope"], read["scope"], send["scope"]) == ("full", "read", "send")
+    listed = {k["id"]: k["scope"] for k in json.loads(layang("keys", "list", "shop").stdout)}
+    assert listed == {full["id"]: "full", read["id"]: "read", send["id"]: "send"}
+    refused = client.post(
+        "/v1/layang/templates",
+        json={"id": "t", "name": "T", "subject": "S", "bodyText": "x"},
+        headers={"Authorization": f"Bearer {read['key']}"},
+    )
+    assert refused.status_code == 403
+    assert layang("keys", "create", "shop", "--scope", "admin", ok=False).exit_code == 2

@@ -40,6 +40,7 @@ DOCUMENTED = {
     "dns_resolver": "",
     "require_verified_domain": False,
     "inbound_host": "",
+    "rate_limit": None,
 }
 
 
@@ -91,6 +92,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_DNS_RESOLVER": "127.0.0.1:5353,[::1]:53",
         "LAYANG_REQUIRE_VERIFIED_DOMAIN": "true",
         "LAYANG_INBOUND_HOST": "mx.example.com",
+        "LAYANG_RATE_LIMIT": "1000/min",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")
@@ -99,6 +101,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
     assert config.public_url == "https://mail.example.com"
     assert (config.log_level, config.log_format) == ("DEBUG", "json")
     assert config.dns_resolvers == (("127.0.0.1", 5353), ("::1", 53))
+    assert (config.rate_limit.count, config.rate_limit.seconds) == (1000, 60)
     assert not (empty_dir / "data").exists()  # a key from the environment writes nothing
 
 
@@ -153,3 +156,18 @@ def test_a_config_always_has_a_secret_key():
 def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):
     with pytest.raises(ConfigError, match=f"^{variable} {message}"):
         Config.from_env({variable: value, "LAYANG_SECRET_KEY": "k"}, dotenv=False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "count", "seconds"), [("50/s", 50, 1), ("1000/min", 1000, 60), ("20000/h", 20000, 3600)]
+)
+def test_rate_limits_read_per_second_minute_or_hour(raw, count, seconds):
+    limit = Config.from_env({"LAYANG_RATE_LIMIT": raw, "LAYANG_SECRET_KEY": "k"}, dotenv=False)
+    assert (limit.rate_limit.count, limit.rate_limit.seconds) == (count, seconds)
+    assert str(limit.rate_limit) == raw
+
+
+@pytest.mark.parametrize("raw", ["50", "0/s", "-1/min", "10/day", "x/h"])
+def test_a_malformed_rate_limit_names_the_variable(raw):
+    with pytest.raises(ConfigError, match="LAYANG_RATE_LIMIT"):
+        Config.from_env({"LAYANG_RATE_LIMIT": raw, "LAYANG_SECRET_KEY": "k"}, dotenv=False)

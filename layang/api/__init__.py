@@ -12,6 +12,7 @@ from flask import g, request
 from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
 
+from layang.api import access, idempotency
 from layang.api.errors import (
     MalformedJson,
     Unauthorized,
@@ -21,7 +22,7 @@ from layang.api.errors import (
     register_error_handlers,
 )
 from layang.api.fields import ErrorSchema
-from layang.domain.accounts import authenticate
+from layang.domain.accounts import authenticate_key
 
 
 class RequestParser(FlaskParser):
@@ -76,7 +77,8 @@ class Api(flask_smorest.Api):
 
 
 def authenticate_request() -> None:
-    """Every /v1 call: resolve the bearer key to ``g.account`` or answer 401."""
+    """Every /v1 call: resolve the bearer key to ``g.account`` (and ``g.credential``, with its
+    scope) or answer 401."""
     if not request.path.startswith("/v1/"):
         return
     header = request.headers.get("Authorization", "")
@@ -85,10 +87,11 @@ def authenticate_request() -> None:
         raise Unauthorized("Missing Authorization header; send 'Authorization: Bearer <API key>'.")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthorized("Malformed Authorization header; expected 'Bearer <API key>'.")
-    account = authenticate(secret.strip())
-    if account is None:
+    credential = authenticate_key(secret.strip())
+    if credential is None:
         raise Unauthorized("The API key is unknown or revoked.")
-    g.account = account
+    g.credential = credential
+    g.account = credential.account
 
 
 def init_api(app: flask.Flask) -> None:
@@ -117,4 +120,11 @@ def init_api(app: flask.Flask) -> None:
     for module in (transmissions, templates, activity, authorized_recipients, domains):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
+    app.before_request(access.require_scope)
+    app.before_request(idempotency.claim_or_replay)
+    app.after_request(idempotency.release_unanswered)
+    app.after_request(access.add_rate_limit_headers)
+    idempotency.wrap_views(
+        app, sorted({r.endpoint for r in app.url_map.iter_rules() if r.rule.startswith("/v1/")})
+    )
     register_error_handlers(app)

@@ -18,10 +18,13 @@ import templates_store
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
 from layang.domain.errors import (
     Conflict,
+    Forbidden,
+    IdempotencyKeyReused,
     InvalidInput,
     LayangError,
     MessageTooLarge,
     NotFound,
+    RateLimited,
     RecipientNotAuthorized,
     SenderDomainNotVerified,
     SenderNotAllowed,
@@ -119,12 +122,15 @@ class ServiceUnavailable(ApiError):
 
 _DOMAIN_STATUS: tuple[tuple[type[LayangError], int], ...] = (
     (InvalidInput, 400),
+    (Forbidden, 403),
     (NotFound, 404),
     (Conflict, 409),
     (MessageTooLarge, 413),
     (RecipientNotAuthorized, 422),
     (SenderNotAllowed, 422),
     (SenderDomainNotVerified, 422),
+    (IdempotencyKeyReused, 422),
+    (RateLimited, 429),
 )
 # The request's names for the message fields the domain names in its errors.
 _FIELD_PATHS = {
@@ -188,7 +194,8 @@ def handle_api_error(error: ApiError) -> flask.Response:
 
 
 def handle_domain_error(error: LayangError) -> flask.Response:
-    return error_response(describe(error))
+    headers = {"Retry-After": str(error.retry_after)} if isinstance(error, RateLimited) else None
+    return error_response(describe(error), headers)
 
 
 def handle_http_exception(error: HTTPException) -> flask.Response:

@@ -22,6 +22,7 @@ from layang.api.fields import (
     no_line_breaks,
     strip_empty,
 )
+from layang.api.idempotency import current_claim
 from layang.domain.intake import TransmissionRequest, accept_transmission, metadata_object
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.sending.message import (
@@ -306,13 +307,14 @@ class Transmissions(MethodView):
     @blp.alt_response(413, schema=ErrorSchema, description="Message too large.")
     @blp.alt_response(415, schema=ErrorSchema, description="Body is not application/json.")
     @blp.alt_response(422, schema=ErrorSchema, description="Sandbox rule refused the message.")
+    @blp.alt_response(429, schema=ErrorSchema, description="Over LAYANG_RATE_LIMIT.")
     def post(self, request: TransmissionRequest) -> flask.Response:
         """Send a message
 
         The answer comes only after the message is durably stored: from then on it is never lost.
         """
         config = current_app.config["LAYANG"]
-        transmission_id = accept_transmission(g.account, request, config)
+        transmission_id = accept_transmission(g.account, request, config, current_claim())
         # The hottest endpoint answers a fixed shape: skip the schema dump (still documented).
         return flask.jsonify(transmissionId=transmission_id)
 

@@ -6,17 +6,18 @@ import hashlib
 import hmac
 import re
 import secrets
+from dataclasses import dataclass
 
 import peewee
 
 from layang.clock import now_ms
 from layang.db import database, write_transaction
 from layang.domain.errors import Conflict, InvalidInput, NotFound
-from layang.models import LIVE, SANDBOX, Account, ApiKey
+from layang.models import FULL, LIVE, SANDBOX, SCOPES, Account, ApiKey
 
 KEY_PREFIX = "lyg_"
 _AUTH_SQL = (
-    'SELECT k."secret_hash", a."id", a."name", a."mode", a."created_at" '
+    'SELECT k."secret_hash", a."id", a."name", a."mode", a."created_at", k."id", k."scope" '
     'FROM "api_key" AS k JOIN "account" AS a ON a."id" = k."account_id" '
     'WHERE k."secret_hash" = ? AND k."revoked_at" IS NULL'
 )
@@ -49,9 +50,12 @@ def get_account(name: str) -> Account:
     return account
 
 
-def create_api_key(account: Account, label: str = "") -> tuple[ApiKey, str]:
-    """Issue a key for ``account``; returns the stored record and the secret, which exists
-    nowhere else from here on."""
+def create_api_key(account: Account, label: str = "", scope: str = FULL) -> tuple[ApiKey, str]:
+    """Issue a key for ``account`` with ``scope`` (full, send or read); returns the stored
+    record and the secret, which exists nowhere else from here on. Raises ``InvalidInput``
+    for an unknown scope."""
+    if scope not in SCOPES:
+        raise InvalidInput("scope", f"Use one of {', '.join(SCOPES)}.")
     secret = KEY_PREFIX + secrets.token_urlsafe(32)  # 256 random bits
     key = ApiKey.create(
         id="key_" + secrets.token_hex(8),
@@ -59,6 +63,7 @@ def create_api_key(account: Account, label: str = "") -> tuple[ApiKey, str]:
         label=label,
         prefix=secret[:8],
         secret_hash=hash_key(secret),
+        scope=scope,
     )
     return key, secret
 
@@ -79,8 +84,27 @@ def revoke_api_key(key_id: str) -> ApiKey:
     return key
 
 
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A live API key as a request presents it: its account, its id and what it may do."""
+
+    account: Account
+    key_id: str
+    scope: str
+
+    def allows(self, needed: str) -> bool:
+        """Whether this key may do what needs scope ``needed`` (a full key may do anything)."""
+        return self.scope in (FULL, needed)
+
+
 def authenticate(secret: str) -> Account | None:
     """The account owning the live key ``secret``, or None."""
+    credential = authenticate_key(secret)
+    return None if credential is None else credential.account
+
+
+def authenticate_key(secret: str) -> Credential | None:
+    """The live key ``secret`` with its account and scope, or None."""
     if not _KEY_SHAPE.match(secret):
         return None
     digest = hash_key(secret)
@@ -96,4 +120,5 @@ def authenticate(secret: str) -> Account | None:
     # should the lookup ever become a prefix or range scan.
     if row is None or not hmac.compare_digest(row[0], digest):
         return None
-    return Account(id=row[1], name=row[2], mode=row[3], created_at=row[4])
+    account = Account(id=row[1], name=row[2], mode=row[3], created_at=row[4])
+    return Credential(account, key_id=row[5], scope=row[6])

@@ -95,3 +95,45 @@ class SenderDomainNotVerified(LayangError):
         )
         self.sender = sender
         self.domain = domain
+
+
+class Forbidden(LayangError):
+    """The API key's scope does not allow this; ``needed`` is the scope that would."""
+
+    code = "forbidden"
+
+    def __init__(self, scope: str, needed: str) -> None:
+        allowed = repr(needed) if needed == "full" else f"{needed!r} or 'full'"
+        super().__init__(f"This API key has scope {scope!r}; this needs scope {allowed}.")
+        self.scope = scope
+        self.needed = needed
+
+
+class IdempotencyInFlight(Conflict):
+    code = "idempotency_in_flight"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "A request with this Idempotency-Key is still being processed; try again shortly."
+        )
+
+
+class IdempotencyKeyReused(LayangError):
+    code = "idempotency_key_reused"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This Idempotency-Key was used with a different request; use a new key for it."
+        )
+
+
+class RateLimited(LayangError):
+    """The account submitted its ``limit`` messages of the current window; the next window
+    opens in ``retry_after`` seconds."""
+
+    code = "rate_limited"
+
+    def __init__(self, limit: str, retry_after: int) -> None:
+        super().__init__(f"Rate limit of {limit} messages reached; try again in {retry_after} s.")
+        self.limit = limit
+        self.retry_after = retry_after

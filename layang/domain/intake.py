@@ -7,9 +7,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import peewee
+
 import templates_store
 from layang.config import Config
-from layang.domain.errors import InvalidInput, MessageTooLarge, TemplateNotFound
+from layang.db import new_id
+from layang.domain.errors import (
+    IdempotencyInFlight,
+    InvalidInput,
+    MessageTooLarge,
+    TemplateNotFound,
+)
+from layang.domain.idempotency import Claim
+from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
 from layang.models import Account
@@ -107,14 +117,24 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
     return replace(request.message, subject=subject, text=text, html=html)
 
 
-def accept_transmission(account: Account, request: TransmissionRequest, config: Config) -> str:
-    """Queue the requested message; returns its transmission id once it is durably stored.
+def send_answer(transmission_id: str) -> str:
+    """A send's answer, as an idempotency key records it (the API's 200 body)."""
+    return json.dumps({"transmissionId": transmission_id}, separators=(",", ":"))
+
+
+def accept_transmission(
+    account: Account, request: TransmissionRequest, config: Config, claim: Claim | None = None
+) -> str:
+    """Queue the requested message; returns its transmission id once it is durably stored,
+    with the answer to ``claim``'s idempotency key when one is given.
 
     Raises ``MessageTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
     unknown template, ``InvalidInput`` when the template leaves the message without a body
     or subject, ``SenderNotAllowed`` / ``RecipientNotAuthorized`` when a sandbox account breaks
     the sandbox rules, ``SenderDomainNotVerified`` when a live account must send from a
-    verified domain and does not. Nothing is queued when it raises.
+    verified domain and does not, ``RateLimited`` over ``LAYANG_RATE_LIMIT`` (only messages
+    passing every other rule count), ``IdempotencyInFlight`` when another request with the key
+    committed first. Nothing is queued when it raises.
     """
     message = request.message
     if request.template_id is not None:
@@ -131,4 +151,15 @@ def accept_transmission(account: Account, request: TransmissionRequest, config: 
             if getattr(message, kind)
         },
     )
-    return queue_message(account, message, request.metadata)
+    take(account, config.rate_limit)
+    transmission_id = new_id()
+    answer = claim.answer_rows(200, send_answer(transmission_id)) if claim else ()
+    try:
+        return queue_message(
+            account, message, request.metadata, transmission_id=transmission_id, also=answer
+        )
+    except peewee.IntegrityError:
+        if claim is None:
+            raise
+        # Only the answer's unique key can clash: a holder of the same key got there first.
+        raise IdempotencyInFlight() from None

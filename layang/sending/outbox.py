@@ -17,6 +17,7 @@ from typing import Any
 
 from layang.clock import iso_ms, now_ms
 from layang.db import (
+    InsertBatch,
     database,
     insert_atomically,
     insert_rows,
@@ -84,8 +85,9 @@ class Submission:
     raw: bytes | None = None
 
 
-def enqueue(account: Account, submission: Submission) -> None:
-    """Store ``submission`` and queue one email per recipient, in one durable transaction."""
+def enqueue(account: Account, submission: Submission, also: Sequence[InsertBatch] = ()) -> None:
+    """Store ``submission`` and queue one email per recipient, in one durable transaction,
+    with the rows of ``also`` (an idempotency key's answer): all or nothing."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
     message = submission.message
@@ -122,16 +124,25 @@ def enqueue(account: Account, submission: Submission) -> None:
         [
             (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
             (Recipient, RECIPIENT_FIELDS, recipient_rows),
+            *also,
         ]
     )
 
 
 def queue_message(
-    account: Account, message: OutgoingMessage, metadata: Mapping[str, Any], source: str = "api"
+    account: Account,
+    message: OutgoingMessage,
+    metadata: Mapping[str, Any],
+    source: str = "api",
+    *,
+    transmission_id: str | None = None,
+    also: Sequence[InsertBatch] = (),
 ) -> str:
-    """Queue ``message`` (addresses normalised, rules checked) for each of its recipients;
-    returns the transmission id once it is durably stored. The message is dated now."""
-    transmission_id = new_id()
+    """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
+    under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
+    ``enqueue``); returns the transmission id once it is durably stored. The message is dated
+    now."""
+    transmission_id = transmission_id or new_id()
     accepted_at = now_ms()
     message = replace(message, date_ms=accepted_at)
     sender = message.sender
@@ -149,7 +160,7 @@ def queue_message(
         recipients=message.envelope_recipients(),
         message=message,
     )
-    enqueue(account, submission)
+    enqueue(account, submission, also)
     log.info(
         "accepted tid=%s account=%s recipients=%d source=%s",
         transmission_id,

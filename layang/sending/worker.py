@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.metrics import recorded_outcomes, timed_relay
+from layang.sending import housekeeping
 from layang.sending.compose import compose_message
 from layang.sending.dkim import DkimSigner
 from layang.sending.message import OutgoingMessage
@@ -81,9 +82,13 @@ class Worker:
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the message in hand before returning."""
         log.info("worker started owner=%s", self.owner)
+        next_housekeeping = time.monotonic()
         try:
             while not stop.is_set():
                 try:
+                    if time.monotonic() >= next_housekeeping:
+                        next_housekeeping = time.monotonic() + housekeeping.INTERVAL_SECONDS
+                        housekeeping.delete_expired()
                     busy = self.run_once(stop, wait=False)
                 except UNAVAILABLE_ERRORS as error:
                     log.warning("database unavailable; retrying shortly: %s", error_summary(error))

@@ -19,14 +19,23 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, new_id
-from layang.domain.accounts import authenticate
-from layang.domain.errors import SenderDomainNotVerified
+from layang.domain import idempotency, rate_limits
+from layang.domain.accounts import authenticate_key
+from layang.domain.errors import (
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidInput,
+    RateLimited,
+    SenderDomainNotVerified,
+)
+from layang.domain.idempotency import Claim, Replay
+from layang.domain.intake import send_answer
 from layang.domain.sandbox import sender_allowed, verified_addresses
 from layang.domain.sending_domains import check_sender_domain
-from layang.models import Account
+from layang.models import SEND, Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
-from layang.smtpd.submitted import prepare_submission
+from layang.smtpd.submitted import PreparedMessage, prepare_submission
 from layang.smtpd.tls import server_tls_context
 
 log = logging.getLogger("layang.smtpd")
@@ -35,16 +44,19 @@ MAILTARGET_USER = "smtp_mt_injection"
 
 
 def check_credentials(user: str, key: str) -> Account | None:
-    """The account for SMTP user ``user`` with API key ``key``, or None.
+    """The account for SMTP user ``user`` with API key ``key``, or None; a key must be allowed
+    to send (scope ``full`` or ``send``).
 
     The user is the account's name; the fixed name used by Mailtarget clients is accepted too,
     the key alone then naming the account.
     """
     database.connect(reuse_if_open=True)
-    account = authenticate(key)
-    if account is None or user not in (account.name, MAILTARGET_USER):
+    credential = authenticate_key(key)
+    if credential is None or not credential.allows(SEND):
         return None
-    return account
+    if user not in (credential.account.name, MAILTARGET_USER):
+        return None
+    return credential.account
 
 
 def _decode(value: str) -> bytes | None:
@@ -193,19 +205,62 @@ class SubmissionHandler:
             )
         except SenderDomainNotVerified as error:
             return f"554 5.7.1 From header not allowed: {error.message}"
+        except RateLimited as error:
+            return f"451 4.7.1 Rate limit of {error.limit} messages reached; try again later"
+        except IdempotencyInFlight:
+            return "451 4.3.0 A message with this Idempotency-Key is still being stored; retry"
+        except IdempotencyKeyReused:
+            return "554 5.7.0 This Idempotency-Key was used for a different message"
+        except InvalidInput:
+            return "554 5.6.0 Idempotency-Key must be 1 to 255 printable ASCII characters"
         except Exception:
             log.exception("could not store a submitted message")
             return "451 4.3.0 Could not store the message; try again later"
         return f"250 2.0.0 OK queued as {transmission_id}"
 
     def store(self, account: Account, mail_from: str, recipients: list[str], data: bytes) -> str:
-        """Durably queue the message; returns its transmission id."""
+        """Durably queue the message; returns its transmission id, or the first one's for a
+        repeat of a message with the same ``Idempotency-Key`` header.
+
+        Raises ``RateLimited``, and for a keyed message ``InvalidInput`` (a malformed key),
+        ``IdempotencyInFlight`` and ``IdempotencyKeyReused`` as the API does.
+        """
         database.connect(reuse_if_open=True)
         transmission_id = new_id()
         accepted_at = now_ms()
         message = prepare_submission(data, transmission_id, accepted_at, mail_from)
         # The header From is what DKIM and DMARC align with, so it is held to the same rule.
         check_sender_domain(account, message.from_address["email"], self.config)
+        claim = None
+        if message.idempotency_key is not None:
+            key = idempotency.check_key(message.idempotency_key)
+            fingerprint = idempotency.fingerprint("SMTP", mail_from, *recipients, b"", data)
+            outcome = idempotency.begin(account, key, fingerprint)
+            if isinstance(outcome, Replay):
+                return str(outcome.json()["transmissionId"])
+            claim = outcome
+        try:
+            rate_limits.take(account, self.config.rate_limit)
+            self._enqueue(
+                account, transmission_id, accepted_at, mail_from, recipients, message, claim
+            )
+        except BaseException:
+            if claim is not None:
+                idempotency.release(claim)
+            raise
+        return transmission_id
+
+    @staticmethod
+    def _enqueue(
+        account: Account,
+        transmission_id: str,
+        accepted_at: int,
+        mail_from: str,
+        recipients: list[str],
+        message: PreparedMessage,
+        claim: Claim | None,
+    ) -> None:
+        answer = claim.answer_rows(200, send_answer(transmission_id)) if claim else ()
 
         def kind(address: str) -> str:
             key = address.lower()
@@ -225,6 +280,7 @@ class SubmissionHandler:
                 recipients=[(address, kind(address)) for address in recipients],
                 raw=message.raw,
             ),
+            answer,
         )
         log.info(
             "accepted tid=%s account=%s recipients=%d source=smtp",
@@ -232,7 +288,6 @@ class SubmissionHandler:
             account.name,
             len(recipients),
         )
-        return transmission_id
 
 
 class SubmissionSMTP(SMTP):

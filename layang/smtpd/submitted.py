@@ -22,6 +22,7 @@ class PreparedMessage:
     message_id: str
     header_to: frozenset[str]
     header_cc: frozenset[str]
+    idempotency_key: str | None = None
 
 
 def _split(data: bytes) -> tuple[list[bytes], bytes]:
@@ -57,10 +58,12 @@ def _addresses(values: list[str]) -> frozenset[str]:
 def prepare_submission(
     data: bytes, transmission_id: str, accepted_at_ms: int, mail_from: str
 ) -> PreparedMessage:
-    """The message as it will be relayed: any Bcc header removed, Message-ID and Date added
-    when missing; plus what Activity shows of it."""
+    """The message as it will be relayed: any Bcc and Idempotency-Key header removed (the key
+    is kept aside), Message-ID and Date added when missing; plus what Activity shows of it."""
     lines, rest = _split(data)
-    fields = [f for f in _fields(lines) if _name(f) != "bcc"]
+    all_fields = _fields(lines)
+    keys = [f for f in all_fields if _name(f) == "idempotency-key"]
+    fields = [f for f in all_fields if _name(f) not in ("bcc", "idempotency-key")]
     present = {_name(f) for f in fields}
     headers = BytesHeaderParser(policy=policy.default).parsebytes(
         b"\r\n".join(line for f in fields for line in f) + b"\r\n\r\n"
@@ -89,4 +92,10 @@ def prepare_submission(
         message_id=message_id,
         header_to=_addresses([str(v) for v in headers.get_all("To", [])]),
         header_cc=_addresses([str(v) for v in headers.get_all("Cc", [])]),
+        idempotency_key=_unfolded_value(keys[0]) if keys else None,
     )
+
+
+def _unfolded_value(field: list[bytes]) -> str:
+    value = b"".join(field).split(b":", 1)[1].strip()
+    return value.decode("ascii", "replace")

@@ -19,41 +19,48 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 import templates_store
 from layang.clock import iso_ms
 from layang.domain import records, sandbox, sending_domains
-from layang.domain.accounts import authenticate, hash_key
-from layang.domain.errors import LayangError, NotFound
-from layang.models import EVENT_KINDS, Account, ApiKey
+from layang.domain.accounts import authenticate_key
+from layang.domain.errors import Forbidden, LayangError, NotFound
+from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
 from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
 from layang.web.csrf import FormExpired
 
 PREVIEW_DATA_MAX = 64 * 1024
 
 
-def _account_for_session() -> Account | None:
+# The forms a read key may post: they change nothing (signing out, previewing a template).
+# Every other form needs a full key, so that a page added later is safe by default.
+READING_FORMS = frozenset({"web.console_logout", "web.console_template"})
+
+
+def _key_for_session() -> ApiKey | None:
     key_id = session.get("key_id")
     if not key_id:
         return None
-    row = (
+    return (
         ApiKey.select(ApiKey, Account)
         .join(Account)
-        .where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null())
+        .where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null() & (ApiKey.scope != SEND))
         .first()
     )
-    return row.account if row is not None else None
 
 
 def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``view`` with the signed-in account; otherwise go to the sign-in page. A revoked key
-    ends its sessions at once."""
+    ends its sessions at once; a read key may only post ``READING_FORMS``."""
 
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        account = _account_for_session()
-        if account is None:
+        key = _key_for_session()
+        if key is None:
             session.clear()
             return redirect(url_for("web.console_login", next=request.full_path))
+        account = key.account
         flask.g.console_account = account
         if request.method == "POST":
             _require_csrf()
+            if key.scope != FULL and request.endpoint not in READING_FORMS:
+                raise Forbidden(key.scope, FULL)
         return view(account, *args, **kwargs)
 
     return wrapper
@@ -91,13 +98,14 @@ def login() -> Any:
     if request.method == "POST":
         _require_csrf()
         key = request.form.get("api_key", "").strip()
-        account = authenticate(key)
-        if account is None:
+        credential = authenticate_key(key)
+        if credential is None:
             error = "That API key is unknown or revoked."
+        elif credential.scope == SEND:
+            error = "That API key may only send mail; sign in with a full or read key."
         else:
-            key_row = ApiKey.get(ApiKey.secret_hash == hash_key(key))
             session.clear()
-            session["key_id"] = key_row.id
+            session["key_id"] = credential.key_id
             session["csrf"] = secrets.token_urlsafe(32)
             session.permanent = True
             return redirect(_safe_next(request.args.get("next")))

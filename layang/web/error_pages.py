@@ -95,6 +95,8 @@ def handle_domain_error(error: domain.LayangError) -> flask.Response:
     acceptable as given."""
     if isinstance(error, domain.NotFound):
         return not_found()
+    if isinstance(error, domain.Forbidden):
+        return page(403, error.message)
     return page(400, error.message)
 
 

@@ -1,6 +1,6 @@
 """The retry policy, against a scripted stub: the live service does not answer 429 or 503 on
-demand. Reads retry 429, 5xx and failed exchanges; a send retries only what was surely not
-processed (429, a connection never opened), never a 5xx or a timeout."""
+demand. Reads and sends retry 429, 5xx and failed exchanges; a send repeats one
+Idempotency-Key on every attempt, so the service accepts it once."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from layang.client import (
     USER_AGENT,
+    ConflictError,
     Layang,
     LayangConnectionError,
     LayangTimeoutError,
@@ -53,6 +54,10 @@ def test_get_waits_out_retry_after(stub, stub_sdk):
     assert first["user-agent"] == USER_AGENT and USER_AGENT.startswith("layang-python/0.1.0 httpx/")
 
 
+def keys(stub):
+    return [r.headers.get("idempotency-key") for r in stub.requests]
+
+
 def test_send_is_retried_on_429_with_the_same_body(stub, stub_sdk):
     stub.answer(
         Reply(429, {"error": "rate_limited", "message": "m", "status": 429}, {"Retry-After": "0"}),
@@ -61,6 +66,8 @@ def test_send_is_retried_on_429_with_the_same_body(stub, stub_sdk):
     assert stub_sdk.send(**SEND) == "tx-1"
     assert [r.method for r in stub.requests] == ["POST", "POST"]
     assert stub.requests[0].body == stub.requests[1].body
+    first, second = keys(stub)
+    assert first and first == second
     assert json.loads(stub.requests[0].body) == {
         "from": {"email": "shop@shop.example", "name": "Shop"},
         "to": [{"email": "ana@rcpt.example"}],
@@ -69,17 +76,37 @@ def test_send_is_retried_on_429_with_the_same_body(stub, stub_sdk):
     }
 
 
-def test_send_is_not_retried_after_a_5xx(stub, stub_sdk):
+def test_send_is_retried_after_a_5xx_with_the_same_key(stub, stub_sdk):
     unavailable = Reply(
         503,
         {"error": "service_unavailable", "message": "Later.", "status": 503},
         {"Retry-After": "0"},
     )
     stub.answer(unavailable, OK)
-    with pytest.raises(ServerError) as failed:
+    assert stub_sdk.send(**SEND) == "tx-1"
+    first, second = keys(stub)
+    assert first and first == second
+
+
+def test_a_send_in_flight_is_retried_and_the_key_given_is_used(stub, stub_sdk):
+    in_flight = Reply(409, {"error": "idempotency_in_flight", "message": "m", "status": 409})
+    stub.answer(in_flight, OK)
+    assert stub_sdk.send(**SEND, idempotency_key="order-42") == "tx-1"
+    assert keys(stub) == ["order-42", "order-42"]
+
+    stub.requests.clear()
+    stub.answer(OK, OK)
+    stub_sdk.send(**SEND)
+    stub_sdk.send(**SEND)
+    assert len(set(keys(stub))) == 2, "each call has a key of its own"
+
+
+def test_a_plain_conflict_is_not_retried(stub, stub_sdk):
+    stub.answer(Reply(409, {"error": "conflict", "message": "m", "status": 409}), OK)
+    with pytest.raises(ConflictError):
         stub_sdk.send(**SEND)
-    assert failed.value.status == 503 and failed.value.error == "service_unavailable"
     assert len(stub.requests) == 1
+    stub.script.clear()
 
 
 def test_get_is_retried_after_a_5xx(stub, stub_sdk):
@@ -130,20 +157,26 @@ def test_a_long_retry_after_fails_at_once(stub):
     assert len(stub.requests) == 1
 
 
-def test_a_dropped_connection_retries_reads_but_not_sends(stub, stub_sdk):
+def test_a_dropped_connection_retries_reads_and_keyed_sends_not_creations(stub, stub_sdk):
     stub.answer(Reply(drop=True), Reply(200, {"id": "t"}))
     assert stub_sdk.templates.get("t") == {"id": "t"}
     assert len(stub.requests) == 2
 
     stub.requests.clear()
     stub.answer(Reply(drop=True), OK)
+    assert stub_sdk.send(**SEND) == "tx-1"
+    first, second = keys(stub)
+    assert first and first == second
+
+    stub.requests.clear()
+    stub.answer(Reply(drop=True), Reply(200, {"id": "t"}))
     with pytest.raises(LayangConnectionError) as failed:
-        stub_sdk.send(**SEND)
+        stub_sdk.templates.create(id="t", name="T", subject="S", body_text="x")
     assert failed.value.error == "connection_error" and len(stub.requests) == 1
     stub.script.clear()
 
 
-def test_a_timeout_retries_reads_but_not_sends(stub):
+def test_a_timeout_retries_reads_and_sends_not_creations(stub):
     with Layang("k", base_url=stub.url, timeout=0.2, retry_backoff=0.01) as sdk:
         stub.answer(Reply(200, {"id": "t"}, delay=0.5), Reply(200, {"id": "t"}))
         assert sdk.templates.get("t") == {"id": "t"}
@@ -151,8 +184,14 @@ def test_a_timeout_retries_reads_but_not_sends(stub):
 
         stub.requests.clear()
         stub.answer(Reply(200, {"transmissionId": "late"}, delay=0.5), OK)
+        assert sdk.send(**SEND) == "tx-1"
+        first, second = keys(stub)
+        assert first and first == second
+
+        stub.requests.clear()
+        stub.answer(Reply(200, {"id": "late"}, delay=0.5), Reply(200, {"id": "t"}))
         with pytest.raises(LayangTimeoutError) as failed:
-            sdk.send(**SEND)
+            sdk.templates.create(id="t", name="T", subject="S", body_text="x")
         assert failed.value.error == "timeout" and len(stub.requests) == 1
         stub.script.clear()
 

@@ -163,3 +163,22 @@ def test_no_open_redirect_after_sign_in(app, account, api_key):
         )
         assert response.status_code == 302
         assert response.headers["Location"] == "/console/activity", target
+
+
+def test_a_send_key_cannot_sign_in_and_a_read_key_only_looks(client, account):
+    send_key = accounts.create_api_key(account, scope="send")[1]
+    response, _ = _login(client, send_key)
+    assert response.status_code == 401
+    assert "may only send mail" in response.get_data(as_text=True)
+    assert client.get("/console/activity").status_code == 302
+
+    read_key = accounts.create_api_key(account, scope="read")[1]
+    response, _ = _login(client, read_key)
+    assert response.status_code == 302
+    page = client.get("/console/recipients")
+    assert page.status_code == 200
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.get_data(as_text=True)).group(1)
+    refused = client.post("/console/recipients", data={"email": "x@rcpt.test", "csrf_token": token})
+    assert refused.status_code == 403
+    assert "needs scope &#39;full&#39;" in refused.get_data(as_text=True)
+    assert "x@rcpt.test" not in client.get("/console/recipients").get_data(as_text=True)
