@@ -5,10 +5,7 @@ message answered 200 is stored even if the server dies the next instant (CONTRAC
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
-import os
-import signal
 import threading
 import time
 
@@ -16,7 +13,7 @@ import httpx
 
 from layang.domain import accounts
 from layang.models import Recipient, Transmission
-from tests.sending.test_crash import _children, _healthy, free_port, process_env, start, stop
+from tests.sending.test_crash import _healthy, free_port, kill_server, process_env, start, stop
 from tests.sending.test_crash import wait_until as wait_for
 
 CLIENTS = 16
@@ -164,12 +161,7 @@ def test_every_answered_send_survives_sigkill_of_the_server(config, app, tmp_pat
             thread.start()
         wait_for(lambda: len(answered) >= 300, 60, "too few sends were answered")
         # Master and workers die at once, with requests in flight.
-        children = _children(server.pid)
-        server.kill()
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
-        server.wait(10)
+        kill_server(server)
     finally:
         stop_sending.set()
         for thread in threads:

@@ -184,12 +184,7 @@ def test_accepted_message_survives_api_process_kill(
         )
         assert response.status_code == 200
         # The whole server dies at once, master and workers, right after answering.
-        children = _children(server.pid)
-        server.kill()
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
-        server.wait(10)
+        kill_server(server)
     finally:
         stop(server)
     deliver_in_worker_process(config, upstream, tmp_path / "worker.log")
@@ -206,6 +201,16 @@ def _healthy(port):
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def kill_server(server):
+    """SIGKILL a server's master and its workers at once, as a crashing machine would."""
+    children = _children(server.pid)
+    server.kill()
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    server.wait(10)
 
 
 def _children(pid):
