@@ -54,7 +54,16 @@ class ActivityRecordSchema(ma.Schema):
         keys=fields.String(),
         metadata={"description": "The message's metadata, as sent: any JSON values."},
     )
-    events = fields.List(fields.Nested(EventSchema), metadata={"description": "Oldest first."})
+    events = fields.List(
+        fields.Nested(EventSchema),
+        metadata={
+            "description": "Oldest first; at most the newest 100 plus the first of each status."
+        },
+    )
+    events_omitted = fields.Integer(
+        data_key="eventsOmitted",
+        metadata={"description": "How many stored events `events` leaves out (0 mostly)."},
+    )
 
 
 class ActivityQuerySchema(CursorQuerySchema):

@@ -1,20 +1,35 @@
-"""Engagement: the Open and Click events recorded when a tracking URL is fetched."""
+"""Engagement: the Open and Click events recorded when a tracking URL is fetched.
+
+Repeats are counted, not stored one by one: a mail client that refetches its images, a
+preview pane or a script replaying a pixel would otherwise add an event per request (13,000
+in 20 seconds were measured on one record). Within ``REPEAT_WINDOW_MS`` of an Open event,
+further opens of the same record only raise that event's ``count`` and move its ``lastAt``;
+the same holds for clicks, per clicked URL. After the window a new event starts, so a record
+keeps at most one Open event per window and one Click event per window and link.
+"""
 
 from __future__ import annotations
 
 import json
 
-from layang.clock import now_ms
+from layang.clock import iso_ms, now_ms
 from layang.db import write_transaction
 from layang.models import CLICK, OPEN, Event, Recipient
 from layang.sending.tracking import InvalidToken
 
 _USER_AGENT_MAX = 512
+REPEAT_WINDOW_MS = 60 * 60 * 1000
 
 
 def record_engagement(recipient_id: str, status: str, detail: dict[str, object]) -> None:
-    """Append an Open or Click event to the recipient's record. Raises ``InvalidToken`` if the
-    record no longer exists. The first open is marked ``first: true``."""
+    """Record an Open or Click on the recipient's record. Raises ``InvalidToken`` if the record
+    no longer exists.
+
+    A new event is stored unless one of the same kind (for a click: of the same ``url``) began
+    less than ``REPEAT_WINDOW_MS`` ago; then that event's detail gets ``count`` (how many
+    fetches it stands for) and ``lastAt`` (ISO 8601 of the latest) instead. Its ``userAgent``
+    stays the first one's. The first Open event of a record is marked ``first: true``.
+    """
     if status not in (OPEN, CLICK):
         raise ValueError(status)
     agent = detail.get("userAgent")
@@ -24,12 +39,30 @@ def record_engagement(recipient_id: str, status: str, detail: dict[str, object])
     with write_transaction():
         if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
             raise InvalidToken(recipient_id)
-        if status == OPEN:
-            earlier = Event.select(Event.id).where(
-                (Event.recipient == recipient_id) & (Event.status == OPEN)
+        recent = (
+            Event.select(Event.id, Event.detail)
+            .where(
+                (Event.recipient == recipient_id)
+                & (Event.status == status)
+                & (Event.created_at > now - REPEAT_WINDOW_MS)
             )
-            detail["first"] = not earlier.exists()
-        Event.insert(
-            recipient=recipient_id, status=status, created_at=now, detail=json.dumps(detail)
-        ).execute()
+            .order_by(Event.id.desc())
+        )
+        for event in recent:
+            stored = json.loads(event.detail)
+            if status == CLICK and stored.get("url") != detail.get("url"):
+                continue
+            stored["count"] = int(stored.get("count", 1)) + 1
+            stored["lastAt"] = iso_ms(now)
+            Event.update(detail=json.dumps(stored)).where(Event.id == event.id).execute()
+            break
+        else:
+            if status == OPEN:
+                earlier = Event.select(Event.id).where(
+                    (Event.recipient == recipient_id) & (Event.status == OPEN)
+                )
+                detail["first"] = not earlier.exists()
+            Event.insert(
+                recipient=recipient_id, status=status, created_at=now, detail=json.dumps(detail)
+            ).execute()
         Recipient.update(updated_at=now).where(Recipient.id == recipient_id).execute()

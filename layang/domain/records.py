@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import peewee
+from peewee import fn
 
 from layang.domain.errors import NotFound
 from layang.models import DELIVERY_STATES, INJECTION, Account, Event, Recipient, Transmission
@@ -29,7 +30,10 @@ class ActivityEvent:
 @dataclass(frozen=True, slots=True)
 class ActivityRecord:
     """One email to one recipient. ``status`` is its current delivery state; ``events`` its
-    timeline, oldest first, starting with the Injection. Timestamps are epoch ms."""
+    timeline, oldest first, starting with the Injection. Timestamps are epoch ms.
+
+    ``events`` is bounded (see ``EVENTS_PER_RECORD``); ``events_omitted`` says how many stored
+    events were left out of it."""
 
     id: str
     transmission_id: str
@@ -43,6 +47,7 @@ class ActivityRecord:
     updated_at: int
     metadata: dict[str, Any]
     events: tuple[ActivityEvent, ...]
+    events_omitted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,24 +67,68 @@ def _sender(transmission: Transmission) -> Mailbox:
     return Mailbox(stored["email"], stored.get("name"))
 
 
-def _events_by_recipient(recipient_ids: Iterable[str]) -> dict[str, list[ActivityEvent]]:
-    grouped: dict[str, list[ActivityEvent]] = defaultdict(list)
+EVENTS_PER_RECORD = 100
+
+
+@dataclass(slots=True)
+class _Timeline:
+    events: list[ActivityEvent] = field(default_factory=list)
+    stored: int = 0
+
+
+def _events_by_recipient(recipient_ids: Iterable[str]) -> dict[str, _Timeline]:
+    """Each recipient's events, bounded: the newest ``EVENTS_PER_RECORD`` plus the first of
+    each status (so the Delivery, the first Open… stay visible however long a record's life),
+    oldest first, with the number stored. The cut is made by the database (window functions,
+    in SQLite and PostgreSQL alike), so a record with a flood of events costs no more to read
+    than one without."""
+    grouped: dict[str, _Timeline] = defaultdict(_Timeline)
     ids = list(recipient_ids)
     if not ids:
         return grouped
-    query = (
-        Event.select(Event.recipient, Event.status, Event.created_at, Event.detail)
+    ranked = (
+        Event.select(
+            Event.id,
+            Event.recipient,
+            Event.status,
+            Event.created_at,
+            Event.detail,
+            fn.ROW_NUMBER()
+            .over(partition_by=[Event.recipient], order_by=[Event.id.desc()])
+            .alias("newest"),
+            fn.ROW_NUMBER()
+            .over(partition_by=[Event.recipient, Event.status], order_by=[Event.id])
+            .alias("nth_of_status"),
+            fn.COUNT(Event.id).over(partition_by=[Event.recipient]).alias("stored"),
+        )
         .where(Event.recipient.in_(ids))
-        .order_by(Event.id)
+        .alias("ranked")
+    )
+    query = (
+        peewee.Select(
+            [ranked],
+            [
+                ranked.c.recipient_id,
+                ranked.c.status,
+                ranked.c.created_at,
+                ranked.c.detail,
+                ranked.c.stored,
+            ],
+        )
+        .where((ranked.c.newest <= EVENTS_PER_RECORD) | (ranked.c.nth_of_status == 1))
+        .order_by(ranked.c.id)
+        .bind(Event._meta.database)
         .tuples()
     )
-    for recipient_id, status, created_at, detail in query:
-        grouped[recipient_id].append(ActivityEvent(status, created_at, json.loads(detail)))
+    for recipient_id, status, created_at, detail, stored in query:
+        timeline = grouped[recipient_id]
+        timeline.events.append(ActivityEvent(status, created_at, json.loads(detail)))
+        timeline.stored = stored
     return grouped
 
 
 def _record(
-    recipient: Recipient, transmission: Transmission, events: list[ActivityEvent]
+    recipient: Recipient, transmission: Transmission, timeline: _Timeline
 ) -> ActivityRecord:
     # Injection is the record's creation, so it is not stored as an event row of its own:
     # one INSERT less on the intake path of every message.
@@ -96,7 +145,8 @@ def _record(
         created_at=recipient.created_at,
         updated_at=recipient.updated_at,
         metadata=json.loads(transmission.metadata),
-        events=(injection, *events),
+        events=(injection, *timeline.events),
+        events_omitted=timeline.stored - len(timeline.events),
     )
 
 

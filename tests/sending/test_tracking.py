@@ -6,7 +6,10 @@ import re
 from urllib.parse import urlsplit
 
 from itsdangerous import URLSafeSerializer
+from peewee import fn
 
+from layang.domain.engagement import REPEAT_WINDOW_MS
+from layang.models import Event
 from tests.conftest import drain
 
 HTML = """<!DOCTYPE html><html><body>
@@ -15,6 +18,14 @@ HTML = """<!DOCTYPE html><html><body>
 or <a href="#top">top</a>.</p>
 </body></html>"""
 TEXT = "See your order: https://shop.test/orders/42\n"
+
+
+class _IsoTimestamp:
+    def __eq__(self, other):
+        return isinstance(other, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]{12}Z", other)
+
+
+ANY_ISO = _IsoTimestamp()
 
 
 def send(client, auth, to, **options):
@@ -87,18 +98,11 @@ def test_open_and_click_tracking(client, auth, upstream, relay_to):
     assert second.headers["Location"] == "http://shop.test/help"
 
     events = record(client, auth, tid, "ana@rcpt.test")["events"]
-    assert [e["status"] for e in events] == [
-        "Injection",
-        "Delivery",
-        "Open",
-        "Open",
-        "Click",
-        "Click",
-    ]
-    opens = [e["detail"] for e in events if e["status"] == "Open"]
-    assert opens[0] == {"userAgent": "Mail/1.0", "first": True}
-    assert opens[1] == {"userAgent": "Mail/2.0", "first": False}
-    click = events[4]["detail"]
+    # The second open is counted on the first, not stored as an event of its own.
+    assert [e["status"] for e in events] == ["Injection", "Delivery", "Open", "Click", "Click"]
+    opened = events[2]["detail"]
+    assert opened == {"userAgent": "Mail/1.0", "first": True, "count": 2, "lastAt": ANY_ISO}
+    click = events[3]["detail"]
     assert click == {"url": "https://shop.test/orders/42?a=1&b=2", "userAgent": "Browser/9"}
     assert record(client, auth, tid, "ana@rcpt.test")["status"] == "Delivery"
     assert [e["status"] for e in record(client, auth, tid, "bob@rcpt.test")["events"]] == [
@@ -151,3 +155,65 @@ def test_open_only_leaves_links_alone(client, auth, upstream, relay_to):
     html = html_of(upstream.received[0])
     assert "/t/o/" in html and "/t/c/" not in html
     assert 'href="https://shop.test/orders/42?a=1&amp;b=2"' in html
+
+
+def test_a_replayed_pixel_or_link_is_counted_not_stored_again(client, auth, upstream, relay_to):
+    tid = send(client, auth, ["ana@rcpt.test"], openTracking=True, clickTracking=True)
+    drain(relay_to(upstream))
+    html = html_of(upstream.received[0])
+    pixel = path_of(re.search(r'<img src="([^"]+/t/o/[^"]+)"', html).group(1))
+    first_link, second_link = (path_of(h) for h in links(html) if "/t/c/" in h)
+    for _ in range(300):
+        assert client.get(pixel).status_code == 200
+        assert client.get(first_link).status_code == 302
+    client.get(second_link)
+
+    events = record(client, auth, tid, "ana@rcpt.test")["events"]
+    assert [e["status"] for e in events] == ["Injection", "Delivery", "Open", "Click", "Click"]
+    assert events[2]["detail"]["count"] == 300 and events[2]["detail"]["first"] is True
+    assert events[3]["detail"]["count"] == 300
+    assert events[3]["detail"]["url"] == "https://shop.test/orders/42?a=1&b=2"
+    assert "count" not in events[4]["detail"]  # the other link: one click, its own event
+    assert Event.select().count() == 4
+
+    # Once the window has passed, the next open is an event again (not the first one).
+    Event.update(created_at=Event.created_at - REPEAT_WINDOW_MS).execute()
+    client.get(pixel)
+    client.get(first_link)
+    events = record(client, auth, tid, "ana@rcpt.test")["events"]
+    assert [e["status"] for e in events][5:] == ["Open", "Click"]
+    assert events[5]["detail"]["first"] is False and "count" not in events[5]["detail"]
+
+
+def test_a_record_lists_a_bounded_number_of_events(client, auth, upstream, relay_to):
+    tid = send(client, auth, ["ana@rcpt.test"], openTracking=True)
+    drain(relay_to(upstream))
+    pixel = path_of(
+        re.search(r'<img src="([^"]+/t/o/[^"]+)"', html_of(upstream.received[0])).group(1)
+    )
+    client.get(pixel, headers={"User-Agent": "First/1"})
+    recipient_id = record(client, auth, tid, "ana@rcpt.test")["id"]
+    # Events stored over a long life (a year of hourly opens, say) before the count existed.
+    base = Event.select(fn.MAX(Event.created_at)).scalar()
+    Event.insert_many(
+        [
+            {"recipient": recipient_id, "status": "Open", "created_at": base + i, "detail": "{}"}
+            for i in range(1, 500)
+        ]
+    ).execute()
+
+    ana = record(client, auth, tid, "ana@rcpt.test")
+    statuses = [e["status"] for e in ana["events"]]
+    # The Injection, the first of each status (Delivery, the first Open), the newest 100.
+    assert len(statuses) == 1 + 2 + 100
+    assert statuses[:3] == ["Injection", "Delivery", "Open"]
+    assert ana["events"][2]["detail"]["userAgent"] == "First/1"
+    assert ana["eventsOmitted"] == 501 - 102  # Delivery, the first Open, 499 more
+    times = [e["timestamp"] for e in ana["events"][3:]]
+    assert times == sorted(times)
+
+    view = client.get(f"/v1/layang/transmissions/{tid}", headers=auth).get_json()
+    assert view["recipients"][0]["events"] == ana["events"]
+    assert view["recipients"][0]["eventsOmitted"] == 399
+    one = client.get(f"/v1/layang/activity?transmissionId={tid}&limit=1", headers=auth)
+    assert len(one.get_data()) < 20_000
