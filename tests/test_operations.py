@@ -103,3 +103,38 @@ def test_gunicorn_serves_wsgi_app(config, api_key, tmp_path):
         stop(server)
     output = (tmp_path / "gunicorn.log").read_text()
     assert api_key not in output
+
+
+def test_a_body_past_the_limit_is_answered_413_by_a_real_server(config, api_key, tmp_path):
+    """Not a connection reset: the answer reaches a client still sending, whether the body
+    declares its length or comes in chunks."""
+    port = free_port()
+    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=1)
+    with open(tmp_path / "gunicorn.log", "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    big = b'{"bodyText": "' + b"a" * (42 * 1024 * 1024) + b'"}'
+
+    def chunks():
+        for start in range(0, len(big), 1 << 20):
+            yield big[start : start + (1 << 20)]
+
+    try:
+        wait_until(lambda: _healthy(port), 30, (tmp_path / "gunicorn.log").read_text())
+        for content in (big, chunks()):
+            response = httpx.post(
+                f"http://127.0.0.1:{port}/v1/layang/transmissions",
+                headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+                content=content,
+                timeout=60,
+            )
+            assert response.status_code == 413, response.text
+            assert response.json()["error"] == "payload_too_large"
+            assert "LAYANG_MAX_MESSAGE_BYTES=26214400" in response.json()["message"]
+    finally:
+        stop(server)

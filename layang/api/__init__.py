@@ -23,6 +23,7 @@ from layang.api.errors import (
 )
 from layang.api.fields import ErrorSchema
 from layang.domain.accounts import authenticate_key
+from layang.sending.message import MAX_NESTING
 
 
 class RequestParser(FlaskParser):
@@ -40,10 +41,18 @@ class RequestParser(FlaskParser):
             if req.content_length or req.mimetype:
                 raise UnsupportedMediaType("The request body must be application/json.")
             raise ValidationFailed("The request body is empty; send a JSON object.")
+        data = req.get_data(cache=True)
+        limit = req.max_content_length
+        if limit is not None and len(data) >= limit:
+            # A body sent in chunks stops at the limit without an error: reading on raises
+            # the 413 that a declared Content-Length gets at once.
+            req.stream.read(1)
         try:
-            return webargs_core.parse_json(req.get_data(cache=True))
+            return webargs_core.parse_json(data)
         except RecursionError:
-            raise MalformedJson("The request body is nested too deeply.") from None
+            raise MalformedJson(
+                f"The request body is nested too deeply (at most {MAX_NESTING} levels)."
+            ) from None
 
     def _handle_invalid_json_error(self, error: Exception, req: flask.Request, *a: Any, **k: Any):
         raise MalformedJson("The request body is not valid JSON.")

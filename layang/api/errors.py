@@ -201,13 +201,42 @@ def handle_domain_error(error: LayangError) -> flask.Response:
 def handle_http_exception(error: HTTPException) -> flask.Response:
     status = error.code or 500
     if status == 413:
-        body = PayloadTooLarge("The request body is larger than this server accepts.")
-        return error_response(body)
+        return _too_large()
     generic = ApiError(_sentence(error))
     generic.status = status
     generic.code = _HTTP_CODES.get(status, "http_error")
     allow = getattr(error, "valid_methods", None)
     return error_response(generic, {"Allow": ", ".join(allow)} if allow else None)
+
+
+_DRAIN_CHUNK = 1 << 16
+
+
+def _too_large() -> flask.Response:
+    """413 naming the limit. The unread rest of the body is read and dropped first (up to the
+    limit again): a server that closes a connection with unread input makes the client see a
+    reset while it is still sending, instead of this answer."""
+    limit = flask.current_app.config["MAX_CONTENT_LENGTH"]
+    message_limit = flask.current_app.config["LAYANG"].max_message_bytes
+    stream = request.environ.get("wsgi.input")
+    declared = request.content_length
+    budget = min(declared, 2 * limit) if declared is not None else 2 * limit
+    if declared is None and "wsgi.input_terminated" not in request.environ:
+        budget = 0  # nothing says where the body ends: reading could wait forever
+    try:
+        while (
+            stream is not None and budget > 0 and (chunk := stream.read(min(budget, _DRAIN_CHUNK)))
+        ):
+            budget -= len(chunk)
+    except (OSError, ValueError):
+        pass
+    body = PayloadTooLarge(
+        f"The request body is larger than {limit} bytes, the most accepted for messages of "
+        f"LAYANG_MAX_MESSAGE_BYTES={message_limit} bytes (Base64 and JSON included)."
+    )
+    response = error_response(body)
+    response.headers["Connection"] = "close"
+    return response
 
 
 def _sentence(error: HTTPException) -> str:

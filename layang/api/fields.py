@@ -9,7 +9,12 @@ import marshmallow as ma
 from marshmallow import fields
 
 from layang.clock import iso_ms
-from layang.sending.message import InvalidAddress, has_line_break, normalize_address
+from layang.sending.message import (
+    MAX_NESTING,
+    InvalidAddress,
+    has_line_break,
+    normalize_address,
+)
 
 
 class ErrorSchema(ma.Schema):
@@ -60,16 +65,30 @@ class EmailAddress(fields.String):
 def strip_empty(value: Any, verbatim: frozenset[str] = frozenset()) -> Any:
     """Published client libraries send ``""``, ``[]`` and ``{}`` for fields they do not use:
     those mean "absent". Applied to object members at every depth, not to list items; the
-    top-level members named in ``verbatim`` are dropped when empty and otherwise kept as sent."""
+    top-level members named in ``verbatim`` are dropped when empty and otherwise kept as sent.
+
+    Raises ``ValidationError`` naming the top-level member nested more than ``MAX_NESTING``
+    levels deep (a few hundred levels would otherwise exhaust the stack here or later)."""
+    if not isinstance(value, dict):
+        return _stripped(value, 0, "_schema")
+    return {
+        k: v if k in verbatim else _stripped(v, 1, k) for k, v in value.items() if not _is_empty(v)
+    }
+
+
+def _stripped(value: Any, depth: int, member: str) -> Any:
+    if isinstance(value, dict | list) and depth > MAX_NESTING:
+        raise ma.ValidationError(f"Nested more than {MAX_NESTING} levels deep.", member)
     if isinstance(value, dict):
-        return {
-            k: v if k in verbatim else strip_empty(v)
-            for k, v in value.items()
-            if v not in ("", [], {}, None)
-        }
+        return {k: _stripped(v, depth + 1, member) for k, v in value.items() if not _is_empty(v)}
     if isinstance(value, list):
-        return [strip_empty(v) for v in value]
+        return [_stripped(v, depth + 1, member) for v in value]
     return value
+
+
+def _is_empty(value: Any) -> bool:
+    # Compared by type first: ``v in ("", [], {})`` on a deep value compares it recursively.
+    return value is None or (isinstance(value, str | list | dict) and not value)
 
 
 class CompatSchema(ma.Schema):

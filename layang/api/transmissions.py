@@ -28,9 +28,11 @@ from layang.domain.records import TransmissionView, get_transmission_view
 from layang.sending.message import (
     DISPOSITIONS,
     HEADER_NAME,
+    MAX_ATTACHMENTS,
     MAX_DISPLAY_NAME,
     MAX_FILENAME,
     MAX_HEADER_VALUE,
+    MAX_HEADERS,
     MAX_RECIPIENTS,
     MAX_SUBJECT,
     MEDIA_TYPE,
@@ -209,10 +211,15 @@ class TransmissionRequestSchema(CompatSchema):
     )
     attachments = fields.List(
         fields.Nested(AttachmentSchema),
-        metadata={"description": "Files; `attachment` is an alias."},
+        validate=validate.Length(max=MAX_ATTACHMENTS, error=f"At most {MAX_ATTACHMENTS} files."),
+        metadata={"description": f"Files (at most {MAX_ATTACHMENTS}); `attachment` is an alias."},
     )
     optionsAttributes = fields.Nested(OptionsAttributesSchema)
-    headers = fields.List(fields.Nested(HeaderSchema), metadata={"description": "Extra headers."})
+    headers = fields.List(
+        fields.Nested(HeaderSchema),
+        validate=validate.Length(max=MAX_HEADERS, error=f"At most {MAX_HEADERS} headers."),
+        metadata={"description": f"Extra headers (at most {MAX_HEADERS})."},
+    )
     metadata = Metadata(
         metadata={
             "type": "object",

@@ -24,6 +24,9 @@ MAX_SUBJECT = 998  # one header line (RFC 5322)
 MAX_DISPLAY_NAME = 256
 MAX_HEADER_VALUE = 8000
 MAX_FILENAME = 255
+MAX_ATTACHMENTS = 100
+MAX_HEADERS = 100  # custom headers of one message, besides those the service writes
+MAX_NESTING = 32  # levels of objects and arrays in any one request member (substitutionData…)
 
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 LOCAL_PART = re.compile(

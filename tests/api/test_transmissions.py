@@ -141,6 +141,54 @@ def test_metadata_nested_past_any_stack_is_a_clean_400(client, auth, depth):
     assert Transmission.select().count() == 0
 
 
+@pytest.mark.parametrize("depth", [33, 900, 5_000])
+def test_substitution_data_nested_too_deep_is_a_400_naming_it(client, auth, depth):
+    nested = '{"a":' * depth + "1" + "}" * depth
+    body = json.dumps(message(templateId="t", substitutionData={"k": 1}))
+    body = body.replace('{"k": 1}', nested)
+    response = client.post(URL, data=body, content_type="application/json", headers=auth)
+    assert len(response.get_data()) < 500
+    if depth > 900:  # deeper than the JSON parser reads: the body as a whole is refused
+        error = assert_error(response, 400, "malformed_json")
+        assert "32 levels" in error["message"]
+        return
+    error = assert_error(response, 400, "validation_failed", "substitutionData")
+    assert error["message"] == "substitutionData: Nested more than 32 levels deep."
+    # Any other member too, even one the schema does not know.
+    body = json.dumps(message(cc=[{"email": "x@rcpt.test"}])).replace('"x@rcpt.test"', nested)
+    response = client.post(URL, data=body, content_type="application/json", headers=auth)
+    assert_error(response, 400, "validation_failed", "cc")
+    assert Transmission.select().count() == 0
+
+
+def test_substitution_data_32_levels_deep_is_accepted(client, auth):
+    create_template(client, auth, id="deep", name="Deep", subject="Hi", bodyText="{{a.a.a}}")
+    nested = {"a": "end"}
+    for _ in range(31):
+        nested = {"a": nested}
+    response = post(client, auth, message(templateId="deep", substitutionData=nested))
+    assert response.status_code == 200, response.get_json()
+
+
+def test_attachments_and_headers_are_capped(client, auth):
+    file = {"filename": "a.txt", "mimeType": "text/plain", "value": b64(b"x")}
+    header = {"name": "X-Tag", "value": "v"}
+    assert post(client, auth, message(attachments=[file] * 100)).status_code == 200
+    assert post(client, auth, message(headers=[header] * 100)).status_code == 200
+    error = assert_error(
+        post(client, auth, message(attachments=[file] * 101)),
+        400,
+        "validation_failed",
+        "attachments",
+    )
+    assert error["message"] == "attachments: At most 100 files."
+    error = assert_error(
+        post(client, auth, message(headers=[header] * 20_000)), 400, "validation_failed", "headers"
+    )
+    assert error["message"] == "headers: At most 100 headers."
+    assert Transmission.select().count() == 2
+
+
 def create_template(client, auth, **template):
     response = client.post("/v1/layang/templates", json=template, headers=auth)
     assert response.status_code == 201, response.get_json()
@@ -306,7 +354,9 @@ def test_too_large_is_413(client, auth, app):
     assert Transmission.select().count() == 0
     huge = b"{" + b" " * (app.config["MAX_CONTENT_LENGTH"] + 10) + b"}"
     response = client.post(URL, data=huge, headers={**auth, "Content-Type": "application/json"})
-    assert_error(response, 413, "payload_too_large")
+    error = assert_error(response, 413, "payload_too_large")
+    assert str(app.config["MAX_CONTENT_LENGTH"]) in error["message"]
+    assert f"LAYANG_MAX_MESSAGE_BYTES={limit}" in error["message"]
 
 
 @pytest.mark.parametrize(
