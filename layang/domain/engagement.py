@@ -6,19 +6,59 @@ in 20 seconds were measured on one record). Within ``REPEAT_WINDOW_MS`` of an Op
 further opens of the same record only raise that event's ``count`` and move its ``lastAt``;
 the same holds for clicks, per clicked URL. After the window a new event starts, so a record
 keeps at most one Open event per window and one Click event per window and link.
+
+Tracking links expire ``LAYANG_TRACKING_TOKEN_DAYS`` after they were made, so that a link minted
+once is not a redirect from this service's domain for ever. A token made before tokens carried
+their issue time is dated by its record's creation (the message's acceptance, just before the
+links were made), so it keeps working exactly until a new token of the same mail would expire.
+Nothing is recorded for an expired link. Links in mail of a sandbox account are never
+redirected (the page shows where they lead): otherwise any sandbox account, sending to itself,
+could mint redirects to anywhere.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from layang.clock import iso_ms, now_ms
 from layang.db import write_transaction
-from layang.models import CLICK, OPEN, Event, Recipient
-from layang.sending.tracking import InvalidToken
+from layang.models import CLICK, OPEN, SANDBOX, Account, Event, Recipient
+from layang.sending.tracking import InvalidToken, TrackingToken
 
 _USER_AGENT_MAX = 512
 REPEAT_WINDOW_MS = 60 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Engagement:
+    """What following a tracking link did: ``expired`` (nothing recorded), ``sandbox`` (the mail
+    came from a sandbox account: show the destination, never redirect)."""
+
+    expired: bool
+    sandbox: bool
+
+
+def follow_tracking_link(
+    token: TrackingToken, status: str, detail: dict[str, object], *, max_age_ms: int
+) -> Engagement:
+    """Record an Open or Click for ``token`` unless it is older than ``max_age_ms``. Raises
+    ``InvalidToken`` if its record no longer exists."""
+    row = (
+        Recipient.select(Recipient.created_at, Account.mode)
+        .join(Account)
+        .where(Recipient.id == token.recipient_id)
+        .tuples()
+        .first()
+    )
+    if row is None:
+        raise InvalidToken(token.recipient_id)
+    created_at, mode = row
+    issued = token.issued_at_ms if token.issued_at_ms is not None else created_at
+    expired = now_ms() - issued > max_age_ms
+    if not expired:
+        record_engagement(token.recipient_id, status, detail)
+    return Engagement(expired=expired, sandbox=mode == SANDBOX)
 
 
 def record_engagement(recipient_id: str, status: str, detail: dict[str, object]) -> None:

@@ -1,9 +1,11 @@
 """Open and click tracking: signed per-recipient URLs put into the HTML part (the events are
 recorded by :mod:`layang.domain.engagement` when they are fetched).
 
-A token is the recipient record's id (and, for a click, the original URL) signed with the
-secret key: nothing in it can be changed without the signature failing, so a tracking link can
-never be turned into a redirect to somewhere else.
+A token is the recipient record's id (and, for a click, the original URL) and the time it was
+made, signed with the secret key: nothing in it can be changed without the signature failing,
+so a tracking link can never be turned into a redirect to somewhere else, nor made younger.
+Tokens made before the issue time was added carry none; :meth:`Tracker.read` gives ``None``
+for it and the reader dates them by their record (see :mod:`layang.domain.engagement`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from dataclasses import dataclass
 
 from itsdangerous import BadSignature, URLSafeSerializer
+
+from layang.clock import now_ms
 
 OPEN_PATH = "/t/o/"
 CLICK_PATH = "/t/c/"
@@ -26,6 +30,16 @@ class InvalidToken(Exception):
     """The token is not one this service signed, or names nothing."""
 
 
+@dataclass(frozen=True, slots=True)
+class TrackingToken:
+    """What a valid token says: whose link, where it leads (clicks), and when it was made
+    (epoch ms; ``None`` for a token made before tokens carried it)."""
+
+    recipient_id: str
+    url: str | None
+    issued_at_ms: int | None
+
+
 @dataclass(frozen=True)
 class Tracker:
     """Makes and reads tracking tokens for one installation (its secret and public URL)."""
@@ -37,27 +51,32 @@ class Tracker:
         return URLSafeSerializer(self.secret_key, salt="layang-tracking")
 
     def open_url(self, recipient_id: str) -> str:
-        return self.public_url + OPEN_PATH + self._serializer().dumps(["o", recipient_id])
+        token = self._serializer().dumps(["o", recipient_id, now_ms() // 1000])
+        return self.public_url + OPEN_PATH + token
 
     def click_url(self, recipient_id: str, url: str) -> str:
-        return self.public_url + CLICK_PATH + self._serializer().dumps(["c", recipient_id, url])
+        token = self._serializer().dumps(["c", recipient_id, url, now_ms() // 1000])
+        return self.public_url + CLICK_PATH + token
 
-    def read(self, token: str, kind: str) -> tuple[str, str | None]:
-        """(recipient id, url or None) from a token of ``kind`` ("o" or "c").
-        Raises ``InvalidToken``."""
+    def read(self, token: str, kind: str) -> TrackingToken:
+        """What a token of ``kind`` ("o" or "c") says. Raises ``InvalidToken``."""
         try:
             value = self._serializer().loads(token)
         except BadSignature:
             raise InvalidToken(token) from None
         if not isinstance(value, list) or not value or value[0] != kind:
             raise InvalidToken(token)
-        if kind == "o" and len(value) == 2 and isinstance(value[1], str):
-            return value[1], None
-        if kind == "c" and len(value) == 3 and all(isinstance(v, str) for v in value[1:]):
-            url = value[2]
-            if is_web_url(url):
-                return value[1], url
-        raise InvalidToken(token)
+        fields, issued = value[1:], None
+        width = 1 if kind == "o" else 2
+        if len(fields) == width + 1 and type(fields[-1]) is int:
+            fields, issued = fields[:-1], fields[-1] * 1000
+        if len(fields) != width or not all(isinstance(v, str) for v in fields):
+            raise InvalidToken(token)
+        if kind == "o":
+            return TrackingToken(fields[0], None, issued)
+        if not is_web_url(fields[1]):
+            raise InvalidToken(token)
+        return TrackingToken(fields[0], fields[1], issued)
 
     def track_html(self, body: str, recipient_id: str, *, opens: bool, clicks: bool) -> str:
         """``body`` with its http(s) links rewritten (``clicks``) and a 1x1 image appended

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import urlsplit
 
 from itsdangerous import URLSafeSerializer
 from peewee import fn
 
 from layang.domain.engagement import REPEAT_WINDOW_MS
-from layang.models import Event
+from layang.models import SANDBOX, Account, Event, Recipient
 from tests.conftest import drain
 
 HTML = """<!DOCTYPE html><html><body>
@@ -217,3 +218,72 @@ def test_a_record_lists_a_bounded_number_of_events(client, auth, upstream, relay
     assert view["recipients"][0]["eventsOmitted"] == 399
     one = client.get(f"/v1/layang/activity?transmissionId={tid}&limit=1", headers=auth)
     assert len(one.get_data()) < 20_000
+
+
+def test_tracking_links_expire(client, auth, upstream, relay_to, app):
+    tid = send(client, auth, ["ana@rcpt.test"], openTracking=True, clickTracking=True)
+    drain(relay_to(upstream))
+    recipient_id = record(client, auth, tid, "ana@rcpt.test")["id"]
+    signer = URLSafeSerializer(app.config["SECRET_KEY"], salt="layang-tracking")
+    now = int(time.time())
+    days_91 = now - 91 * 24 * 3600
+    days_89 = now - 89 * 24 * 3600
+    url = "https://shop.test/orders/42"
+
+    expired = client.get("/t/c/" + signer.dumps(["c", recipient_id, url, days_91]))
+    assert expired.status_code == 200 and expired.mimetype == "text/html"
+    page = expired.get_data(as_text=True)
+    assert "This link has expired" in page
+    assert f'href="{url}"' in page and "Location" not in expired.headers
+    pixel = client.get("/t/o/" + signer.dumps(["o", recipient_id, days_91]))
+    assert pixel.status_code == 200 and pixel.mimetype == "image/gif"
+    assert Event.select().where(Event.status.in_(["Open", "Click"])).count() == 0
+
+    still = client.get("/t/c/" + signer.dumps(["c", recipient_id, url, days_89]))
+    assert still.status_code == 302 and still.headers["Location"] == url
+    # The issue time is signed: a token cannot be made younger.
+    token = signer.dumps(["c", recipient_id, url, days_91])
+    signature = token.rsplit(".", 1)[1]
+    younger = signer.dumps(["c", recipient_id, url, now]).rsplit(".", 1)[0]
+    assert client.get(f"/t/c/{younger}.{signature}").status_code == 404
+    assert [e["status"] for e in record(client, auth, tid, "ana@rcpt.test")["events"]] == [
+        "Injection",
+        "Delivery",
+        "Click",
+    ]
+
+
+def test_tokens_without_an_issue_time_are_dated_by_their_record(
+    client, auth, upstream, relay_to, app
+):
+    tid = send(client, auth, ["ana@rcpt.test"], clickTracking=True)
+    drain(relay_to(upstream))
+    recipient_id = record(client, auth, tid, "ana@rcpt.test")["id"]
+    signer = URLSafeSerializer(app.config["SECRET_KEY"], salt="layang-tracking")
+    old_click = "/t/c/" + signer.dumps(["c", recipient_id, "https://shop.test/"])
+    old_open = "/t/o/" + signer.dumps(["o", recipient_id])
+    assert client.get(old_click).headers["Location"] == "https://shop.test/"
+    assert client.get(old_open).status_code == 200
+    assert Event.select().count() == 3  # Delivery, Click, Open
+
+    Recipient.update(created_at=Recipient.created_at - 91 * 24 * 3600 * 1000).execute()
+    response = client.get(old_click)
+    assert response.status_code == 200 and "This link has expired" in response.get_data(True)
+    assert client.get(old_open).status_code == 200
+    assert Event.select().count() == 3
+
+
+def test_a_sandbox_accounts_links_never_redirect(client, auth, upstream, relay_to, account):
+    tid = send(client, auth, ["ana@rcpt.test"], clickTracking=True)
+    drain(relay_to(upstream))
+    click = path_of(next(h for h in links(html_of(upstream.received[0])) if "/t/c/" in h))
+    Account.update(mode=SANDBOX).where(Account.id == account.id).execute()
+
+    response = client.get(click)
+    assert response.status_code == 200 and "Location" not in response.headers
+    page = response.get_data(as_text=True)
+    assert 'href="https://shop.test/orders/42?a=1&amp;b=2"' in page
+    assert response.headers["Referrer-Policy"] == "no-referrer"
+    assert [e["status"] for e in record(client, auth, tid, "ana@rcpt.test")["events"]][-1] == (
+        "Click"
+    )
