@@ -27,10 +27,11 @@ from layang.domain.errors import (
     InvalidInput,
     RateLimited,
     SenderDomainNotVerified,
+    SenderNotAllowed,
 )
 from layang.domain.idempotency import Claim, Replay
 from layang.domain.intake import send_answer
-from layang.domain.sandbox import sender_allowed, verified_addresses
+from layang.domain.sandbox import check_sender, sender_allowed, verified_addresses
 from layang.domain.sending_domains import check_sender_domain
 from layang.models import SEND, Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
@@ -203,6 +204,8 @@ class SubmissionHandler:
                 list(envelope.rcpt_tos),
                 envelope.original_content or b"",
             )
+        except SenderNotAllowed as error:
+            return f"554 5.7.1 From header not allowed: sandbox accounts send from {error.allowed}"
         except SenderDomainNotVerified as error:
             return f"554 5.7.1 From header not allowed: {error.message}"
         except RateLimited as error:
@@ -222,14 +225,17 @@ class SubmissionHandler:
         """Durably queue the message; returns its transmission id, or the first one's for a
         repeat of a message with the same ``Idempotency-Key`` header.
 
-        Raises ``RateLimited``, and for a keyed message ``InvalidInput`` (a malformed key),
+        Raises ``SenderNotAllowed`` or ``SenderDomainNotVerified`` for the header From,
+        ``RateLimited``, and for a keyed message ``InvalidInput`` (a malformed key),
         ``IdempotencyInFlight`` and ``IdempotencyKeyReused`` as the API does.
         """
         database.connect(reuse_if_open=True)
         transmission_id = new_id()
         accepted_at = now_ms()
         message = prepare_submission(data, transmission_id, accepted_at, mail_from)
-        # The header From is what DKIM and DMARC align with, so it is held to the same rule.
+        # The header From is what recipients see and what DKIM and DMARC align with, so it is
+        # held to the same rules as the envelope sender (and as the API's from).
+        check_sender(account, message.from_address["email"], self.config)
         check_sender_domain(account, message.from_address["email"], self.config)
         claim = None
         if message.idempotency_key is not None:
