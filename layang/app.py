@@ -8,6 +8,7 @@ import flask
 from swagger_ui_bundle import swagger_ui_path
 
 from layang.api import init_api
+from layang.api.errors import RETRY_AFTER_SECONDS, ServiceUnavailable, error_response
 from layang.config import Config
 from layang.db import (
     UNAVAILABLE_ERRORS,
@@ -16,6 +17,7 @@ from layang.db import (
     error_summary,
     is_postgresql,
     open_database,
+    write_health,
 )
 from layang.logs import configure_logging
 from layang.metrics import render_app_metrics
@@ -54,8 +56,15 @@ def init_db(config: Config) -> bool:
 
 def register_operations(app: flask.Flask) -> None:
     @app.get("/healthz")
-    def healthz() -> tuple[dict[str, str], int]:
+    def healthz() -> tuple[dict[str, str], int] | flask.Response:
         database.execute_sql("SELECT 1").fetchall()
+        # A full disk leaves reads working: only the failing writes tell.
+        cause = write_health.failure()
+        if cause is not None:
+            return error_response(
+                ServiceUnavailable(f"Database writes are failing: {cause}."),
+                {"Retry-After": RETRY_AFTER_SECONDS},
+            )
         return {"status": "ok"}, 200
 
     @app.get("/metrics")

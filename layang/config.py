@@ -169,6 +169,14 @@ class Config:
     lease_seconds: float = _setting("LAYANG_LEASE_SECONDS", _seconds, default=60.0)
     max_message_bytes: int = _setting("LAYANG_MAX_MESSAGE_BYTES", _integer, default=26214400)
     tracking_token_days: int = _setting("LAYANG_TRACKING_TOKEN_DAYS", _integer, default=90)
+    smtp_max_connections: int = _setting("LAYANG_SMTP_MAX_CONNECTIONS", _integer, default=500)
+    smtp_max_connections_per_address: int = _setting(
+        "LAYANG_SMTP_MAX_CONNECTIONS_PER_ADDRESS", _integer, default=50
+    )
+    smtp_auth_timeout_seconds: float = _setting(
+        "LAYANG_SMTP_AUTH_TIMEOUT_SECONDS", _seconds, default=30.0
+    )
+    smtp_max_auth_failures: int = _setting("LAYANG_SMTP_MAX_AUTH_FAILURES", _integer, default=10)
     http_workers: int = _setting("LAYANG_HTTP_WORKERS", _integer, default_factory=_http_workers)
     http_threads: int = _setting("LAYANG_HTTP_THREADS", _integer, default=8)
     worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)

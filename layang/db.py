@@ -9,7 +9,9 @@ import logging
 import os
 import secrets
 import select
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -246,14 +248,122 @@ class WriteLock:
         self._mutex.release()
 
 
+# SQLite's primary result codes for "the disk said no": every write fails until an operator acts.
+_SQLITE_STORAGE_ERRORS = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+
+
+def _storage_failure(error: BaseException) -> str | None:
+    """The cause, when ``error`` (a peewee error or the sqlite3 one it wraps) says the storage
+    refused a write; else None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        code = getattr(seen, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _SQLITE_STORAGE_ERRORS:
+            return str(seen)
+        inner = seen.args[0] if seen.args else None  # peewee wraps the driver's error
+        if not isinstance(inner, BaseException):
+            inner = seen.__cause__ or seen.__context__
+        seen = inner
+    return None
+
+
+class WriteHealth:
+    """Whether this process's writes to SQLite are failing for want of disk (or of a working
+    one), for ``/healthz`` and ``/metrics``: one log line when an incident starts, one when it
+    ends.
+
+    A failure is reported for ``HOLD_SECONDS`` after the latest one unless a write commits
+    meanwhile: a process that /healthz took out of rotation gets no writes to prove itself
+    healthy with, so it comes back to be tried again.
+    """
+
+    HOLD_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cause: str | None = None
+        self._since = 0.0
+        self._latest = 0.0
+
+    def failed(self, cause: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            starts = self._cause is None
+            self._cause, self._latest = cause, now
+            if starts:
+                self._since = now
+        if starts:
+            log.error("database writes are failing: %s", cause)
+
+    def succeeded(self) -> None:
+        if self._cause is None:  # the common case, without the lock
+            return
+        with self._lock:
+            ended, self._cause = self._cause is not None, None
+            lasted = time.monotonic() - self._since
+        if ended:
+            log.warning("database writes succeed again after %.0f s of failures", lasted)
+
+    def failure(self) -> str | None:
+        """The cause while writes are failing, else None."""
+        with self._lock:
+            if self._cause is not None and time.monotonic() - self._latest < self.HOLD_SECONDS:
+                return self._cause
+            return None
+
+
+write_health = WriteHealth()
+
+
 class SqliteDatabase(peewee.SqliteDatabase):
-    """SQLite whose write transactions queue on a :class:`WriteLock` and begin IMMEDIATE."""
+    """SQLite whose write transactions queue on a :class:`WriteLock` and begin IMMEDIATE, and
+    whose storage failures reach the caller, the log and ``write_health`` intact."""
 
     def __init__(self, database: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(database, *args, **kwargs)
         in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
         self.write_lock = WriteLock(None if in_memory else f"{database}-writelock")
         self.group_commit = GroupCommit(self)
+
+    def _sqlite_in_transaction(self) -> bool:
+        conn = self._state.conn
+        return conn is not None and conn.in_transaction
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        if sql.startswith("ROLLBACK TO SAVEPOINT") and not self._sqlite_in_transaction():
+            return None  # see rollback()
+        try:
+            return super().execute_sql(sql, params)
+        except peewee.DatabaseError as error:
+            self._note(error)
+            raise
+
+    def begin(self, lock_type: str | None = None) -> None:
+        super().begin(lock_type)
+        self._state.changes_at_begin = self._state.conn.total_changes
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        except peewee.DatabaseError as error:
+            self._note(error)
+            raise
+        if self._state.conn.total_changes != getattr(self._state, "changes_at_begin", None):
+            write_health.succeeded()  # a write reached the disk, not only a read
+
+    def rollback(self) -> None:
+        # On SQLITE_FULL or an I/O error SQLite may roll the transaction back by itself; a
+        # ROLLBACK then fails with "cannot rollback - no transaction is active", and that
+        # error, raised while unwinding, would replace the one that says what went wrong.
+        if self._state.conn is not None and not self._sqlite_in_transaction():
+            return
+        super().rollback()
+
+    @staticmethod
+    def _note(error: BaseException) -> None:
+        cause = _storage_failure(error)
+        if cause is not None:
+            write_health.failed(cause)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from layang.clock import now_ms
 from layang.config import parse_bind
-from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary
+from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary, write_health
 from layang.models import BOUNCE, DELAY, DELIVERY, Event, Recipient
 
 log = logging.getLogger("layang.metrics")
@@ -93,6 +93,11 @@ class DatabaseCollector:
     """Totals by event status and the state of the queue, queried when scraped."""
 
     def collect(self) -> Iterable[Metric]:
+        yield _gauge(
+            "layang_database_writable",
+            "0 while this process's writes fail for want of disk (SQLite full or I/O error).",
+            0 if write_health.failure() else 1,
+        )
         try:
             counts = dict(
                 Event.select(Event.status, peewee.fn.COUNT(Event.id))

@@ -12,6 +12,7 @@ import binascii
 import json
 import logging
 import socket
+import time
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
@@ -27,14 +28,16 @@ from layang.domain.errors import (
     InvalidInput,
     RateLimited,
     SenderDomainNotVerified,
+    SenderNotAllowed,
 )
 from layang.domain.idempotency import Claim, Replay
 from layang.domain.intake import send_answer
-from layang.domain.sandbox import sender_allowed, verified_addresses
+from layang.domain.sandbox import check_sender, sender_allowed, verified_addresses
 from layang.domain.sending_domains import check_sender_domain
 from layang.models import SEND, Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
+from layang.smtpd.limits import AUTH_FAILURES_PER_CONNECTION, ConnectionLimits
 from layang.smtpd.submitted import PreparedMessage, prepare_submission
 from layang.smtpd.tls import server_tls_context
 
@@ -74,7 +77,7 @@ class SubmissionHandler:
 
     # -- authentication --------------------------------------------------------------------
 
-    async def _login(self, user: bytes, key: bytes) -> AuthResult:
+    async def _login(self, server: SMTP, user: bytes, key: bytes) -> AuthResult:
         try:
             user_text, key_text = user.decode(), key.decode()
         except UnicodeDecodeError:
@@ -91,6 +94,8 @@ class SubmissionHandler:
             )
         if account is None:
             log.info("smtp auth failed user=%r", user_text[:64])
+            if isinstance(server, SubmissionSMTP):
+                server.auth_failed()
             return AuthResult(
                 success=False, handled=False, message="535 5.7.8 Authentication credentials invalid"
             )
@@ -116,7 +121,7 @@ class SubmissionHandler:
         if len(parts) != 3:
             await server.push("501 5.5.2 Cannot split the AUTH PLAIN value")
             return AuthResult(success=False, handled=True)
-        return await self._login(parts[1], parts[2])
+        return await self._login(server, parts[1], parts[2])
 
     async def auth_LOGIN(self, server: SMTP, args: list[str]) -> AuthResult:
         user = await self._response(server, args, "Username:")
@@ -125,7 +130,7 @@ class SubmissionHandler:
         key = await server.challenge_auth("Password:")
         if not isinstance(key, bytes):
             return AuthResult(success=False, handled=True)
-        return await self._login(user, key)
+        return await self._login(server, user, key)
 
     # -- the envelope ----------------------------------------------------------------------
 
@@ -203,6 +208,8 @@ class SubmissionHandler:
                 list(envelope.rcpt_tos),
                 envelope.original_content or b"",
             )
+        except SenderNotAllowed as error:
+            return f"554 5.7.1 From header not allowed: sandbox accounts send from {error.allowed}"
         except SenderDomainNotVerified as error:
             return f"554 5.7.1 From header not allowed: {error.message}"
         except RateLimited as error:
@@ -222,14 +229,17 @@ class SubmissionHandler:
         """Durably queue the message; returns its transmission id, or the first one's for a
         repeat of a message with the same ``Idempotency-Key`` header.
 
-        Raises ``RateLimited``, and for a keyed message ``InvalidInput`` (a malformed key),
+        Raises ``SenderNotAllowed`` or ``SenderDomainNotVerified`` for the header From,
+        ``RateLimited``, and for a keyed message ``InvalidInput`` (a malformed key),
         ``IdempotencyInFlight`` and ``IdempotencyKeyReused`` as the API does.
         """
         database.connect(reuse_if_open=True)
         transmission_id = new_id()
         accepted_at = now_ms()
         message = prepare_submission(data, transmission_id, accepted_at, mail_from)
-        # The header From is what DKIM and DMARC align with, so it is held to the same rule.
+        # The header From is what recipients see and what DKIM and DMARC align with, so it is
+        # held to the same rules as the envelope sender (and as the API's from).
+        check_sender(account, message.from_address["email"], self.config)
         check_sender_domain(account, message.from_address["email"], self.config)
         claim = None
         if message.idempotency_key is not None:
@@ -291,16 +301,110 @@ class SubmissionHandler:
 
 
 class SubmissionSMTP(SMTP):
+    """aiosmtpd's session with the submission server's limits: AUTH only after STARTTLS, a
+    connection cap, a short idle timeout until AUTH, and a bound on wrong passwords.
+
+    The timeout works through aiosmtpd's ``_timeout_duration`` (read at every reset of the
+    timer), the cap through ``connection_made``, which aiosmtpd calls again after STARTTLS.
+    """
+
+    def __init__(
+        self, handler: object, *, limits: ConnectionLimits, auth_timeout: float, **kwargs: object
+    ) -> None:
+        super().__init__(handler, **kwargs)  # type: ignore[arg-type]
+        self.limits = limits
+        self._authenticated_timeout = self._timeout_duration
+        self._timeout_duration = auth_timeout
+        self._address = ""
+        self._counted = False
+        self._auth_failures = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.transport is None and self._original_transport is None:  # not the STARTTLS
+            peer = transport.get_extra_info("peername")
+            self._address = str(peer[0]) if peer else ""
+            if not self.limits.admit(self._address):
+                # Answered and closed before any other work, so a flood costs one accept each.
+                transport.write(b"421 4.7.0 Too many connections; try again later\r\n")  # type: ignore[attr-defined]
+                transport.close()
+                _warn_refused(self.limits, self._address)
+                return
+            self._counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if not self._counted:
+            return  # refused in connection_made: aiosmtpd never set this one up
+        self._counted = False
+        self.limits.release(self._address)
+        super().connection_lost(error)
+
+    def auth_failed(self) -> None:
+        """Count wrong credentials, for this connection and for its client address."""
+        self._auth_failures += 1
+        self.limits.auth_failed(self._address)
+
     async def smtp_AUTH(self, arg: str) -> None:
         if self.tls_context and not self._tls_protocol:
             await self.push("530 5.7.0 Must issue a STARTTLS command first")
             return
+        if self.limits.auth_blocked(self._address):
+            await self._close("421 4.7.0 Too many failed authentications; try again later")
+            return
         await super().smtp_AUTH(arg)
+        assert self.session is not None
+        if self.session.authenticated:
+            self._timeout_duration = self._authenticated_timeout
+            self._reset_timeout()
+        elif self._auth_failures >= AUTH_FAILURES_PER_CONNECTION or (
+            self._auth_failures and self.limits.auth_blocked(self._address)
+        ):
+            await self._close("421 4.7.0 Too many failed authentications; closing")
+
+    async def _close(self, reply: str) -> None:
+        await self.push(reply)
+        assert self._handler_coroutine is not None and self.transport is not None
+        self._handler_coroutine.cancel()
+        self.transport.close()
+
+
+_last_refusal_warning = 0.0
+
+
+def _warn_refused(limits: ConnectionLimits, address: str) -> None:
+    """One log line a minute at most while connections are refused: a flood must not become
+    a flood of log lines."""
+    global _last_refusal_warning
+    now = time.monotonic()
+    if now - _last_refusal_warning >= 60:
+        _last_refusal_warning = now
+        log.warning(
+            "smtp connection refused: %d open (cap %d), %d from %s (cap %d)",
+            limits.total,
+            limits.max_connections,
+            limits.open[address],
+            address,
+            limits.max_per_address,
+        )
 
 
 class SubmissionController(Controller):
+    def __init__(
+        self,
+        handler: object,
+        *,
+        limits: ConnectionLimits,
+        auth_timeout: float,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(handler, **kwargs)  # type: ignore[arg-type]
+        self.limits = limits
+        self.auth_timeout = auth_timeout
+
     def factory(self) -> SMTP:
-        return SubmissionSMTP(self.handler, **self.SMTP_kwargs)
+        return SubmissionSMTP(
+            self.handler, limits=self.limits, auth_timeout=self.auth_timeout, **self.SMTP_kwargs
+        )
 
 
 def submission_server(config: Config) -> SubmissionController:
@@ -308,6 +412,12 @@ def submission_server(config: Config) -> SubmissionController:
     host, port = config.smtp_host_port
     return SubmissionController(
         SubmissionHandler(config),
+        limits=ConnectionLimits(
+            max_connections=config.smtp_max_connections,
+            max_per_address=config.smtp_max_connections_per_address,
+            max_auth_failures=config.smtp_max_auth_failures,
+        ),
+        auth_timeout=config.smtp_auth_timeout_seconds,
         hostname=host,
         port=port,
         server_hostname=socket.gethostname(),

@@ -179,6 +179,26 @@ def test_sandbox_rules_per_command(server, smtp_config, trial):
     assert [r.address for r in Recipient.select()] == ["ana@rcpt.test"]
 
 
+def test_sandbox_header_from_must_be_the_sandbox_sender(server, smtp_config, trial):
+    account, key = trial
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    forged = message()
+    forged.replace_header("From", '"CEO" <ceo@bank.example>')
+    smtp.mail(SANDBOX_SENDER)
+    smtp.rcpt("ana@rcpt.test")
+    code, reply = smtp.data(forged.as_bytes())
+    assert code == 554 and reply.startswith(b"5.7.1")
+    assert SANDBOX_SENDER.encode() in reply
+    assert Transmission.select().count() == 0
+    # The session goes on, and the sandbox sender is accepted in any letter case.
+    fine = message()
+    fine.replace_header("From", f"Trial Shop <{SANDBOX_SENDER.upper()}>")
+    assert smtp.sendmail(SANDBOX_SENDER, ["ana@rcpt.test"], fine.as_bytes()) == {}
+    smtp.quit()
+    assert Transmission.select().count() == 1
+
+
 def test_size_is_enforced(server, smtp_config, trial):
     account, key = trial
     smtp = connect(smtp_config)
