@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import flask
-from swagger_ui_bundle import swagger_ui_path
 
 from layang.api import init_api
 from layang.api.errors import RETRY_AFTER_SECONDS, ServiceUnavailable, error_response
@@ -71,11 +70,6 @@ def register_operations(app: flask.Flask) -> None:
     def metrics() -> flask.Response:
         # No authentication: meant for a scraper on the internal network (see docs/deploy.md).
         return flask.Response(render_app_metrics(), content_type=METRICS_CONTENT_TYPE)
-
-    @app.get("/docs/assets/<path:filename>")
-    def docs_assets(filename: str) -> flask.Response:
-        # Swagger UI comes from a Python package so /docs works with no network access.
-        return flask.send_from_directory(str(swagger_ui_path), filename, max_age=86400)
 
 
 def connect_per_thread() -> None:

@@ -9,6 +9,7 @@ import sys
 
 import httpx
 
+from tests.browser import screenshot
 from tests.sending.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
 
 
@@ -40,9 +41,55 @@ def test_docs_page_needs_no_network(client):
     assets = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert assets
     for asset in assets:
-        assert asset.startswith("/docs/assets/"), asset  # nothing from a CDN
+        assert asset.startswith("/docs/"), asset  # nothing from a CDN
         with client.get(asset) as response:
             assert response.status_code == 200
+
+
+def test_docs_page_shows_every_operation_in_a_browser_offline(client, browser, live_server):
+    spec = client.get("/openapi.json").get_json()
+    operations = [
+        f"{method.upper()} {path}"
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+    assert "POST /v1/layang/transmissions" in operations
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    outside = []
+
+    def only_the_server(route):
+        if route.request.url.startswith(live_server + "/"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_server)
+    page = context.new_page()
+    blocked = []
+    page.on(
+        "console",
+        lambda message: (
+            blocked.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
+    page.goto(live_server + "/docs")
+    page.wait_for_selector(".opblock", timeout=15000)
+    assert spec["info"]["title"] in page.locator(".info .title").inner_text()
+    shown = {
+        " ".join(
+            block.locator(sel).first.inner_text().strip()
+            for sel in (".opblock-summary-method", ".opblock-summary-path")
+        )
+        for block in page.locator(".opblock").all()
+    }
+    shown = {text.replace("\u200b", "") for text in shown}
+    missing = [operation for operation in operations if operation not in shown]
+    assert not missing, missing
+    assert not outside and not blocked, (outside, blocked)
+    screenshot(page, "docs")
+    context.close()
 
 
 def test_logs_name_the_transmission_and_never_the_key(

@@ -13,6 +13,7 @@ from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
 
 from layang.api import access, idempotency
+from layang.api.docs import register_docs
 from layang.api.errors import (
     MalformedJson,
     Unauthorized,
@@ -112,8 +113,6 @@ def init_api(app: flask.Flask) -> None:
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
-        OPENAPI_SWAGGER_UI_PATH="docs",
-        OPENAPI_SWAGGER_UI_URL="/docs/assets/",
     )
     api = Api()
     api.init_app(
@@ -137,3 +136,4 @@ def init_api(app: flask.Flask) -> None:
         app, sorted({r.endpoint for r in app.url_map.iter_rules() if r.rule.startswith("/v1/")})
     )
     register_error_handlers(app)
+    register_docs(app)
