@@ -66,7 +66,13 @@ def run() -> None:
         click.echo("Keep it: it is shown only this once.")
     stop = threading.Event()
     on_stop_signal(stop)
-    run_all(config, stop)
+
+    def print_urls() -> None:
+        click.echo(f"API: {config.public_url}/v1")
+        click.echo(f"Docs: {config.public_url}/docs")
+        click.echo(f"Console: {config.public_url}/console")
+
+    run_all(config, stop, on_ready=print_urls)
 
 
 @main.command()

@@ -97,3 +97,31 @@ def test_keys_have_scopes(layang, client):
     )
     assert refused.status_code == 403
     assert layang("keys", "create", "shop", "--scope", "admin", ok=False).exit_code == 2
+
+
+def test_run_prints_the_api_docs_and_console_urls_when_ready(config, tmp_path):
+    import httpx
+
+    from tests.sending.test_crash import free_port, process_env, start, stop, wait_until
+
+    port = free_port()
+    env = process_env(
+        config,
+        LAYANG_HTTP_BIND=f"127.0.0.1:{port}",
+        LAYANG_SMTP_BIND=f"127.0.0.1:{free_port()}",
+        LAYANG_RELAY_URL=f"capture:{tmp_path / 'outbox'}",
+    )
+    log_path = tmp_path / "run.log"
+    server = start(["run"], env, log_path)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: "Console: " in log_path.read_text(), 30, "layang run never got ready")
+        lines = log_path.read_text().splitlines()
+        assert f"API: {base}/v1" in lines
+        assert f"Docs: {base}/docs" in lines
+        assert f"Console: {base}/console" in lines
+        # Printed when ready: each answers at once.
+        assert httpx.get(f"{base}/docs").status_code == 200
+        assert httpx.get(f"{base}/console", follow_redirects=True).status_code == 200
+    finally:
+        stop(server)

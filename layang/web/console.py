@@ -328,6 +328,7 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
 
 def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
+        ("/", "root", lambda: redirect(url_for("web.console_home")), ["GET"]),
         ("/console", "console_home", lambda: redirect(url_for("web.console_activity")), ["GET"]),
         ("/console/login", "console_login", login, ["GET", "POST"]),
         ("/console/logout", "console_logout", logout, ["POST"]),

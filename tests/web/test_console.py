@@ -182,3 +182,9 @@ def test_a_send_key_cannot_sign_in_and_a_read_key_only_looks(client, account):
     assert refused.status_code == 403
     assert "needs scope &#39;full&#39;" in refused.get_data(as_text=True)
     assert "x@rcpt.test" not in client.get("/console/recipients").get_data(as_text=True)
+
+
+def test_the_root_leads_to_the_console(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/console"
