@@ -13,6 +13,7 @@ import json
 import logging
 import socket
 import time
+from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
@@ -300,6 +301,20 @@ class SubmissionHandler:
         )
 
 
+class SubmissionSession(Session):
+    """aiosmtpd's session without its legacy ``login_data``: aiosmtpd 1.4 sets it on every
+    successful AUTH and logs a deprecation warning each time. Nothing here reads it (the
+    account is ``auth_data``), so it is kept silently."""
+
+    @property
+    def login_data(self) -> Any:
+        return self._login_data
+
+    @login_data.setter
+    def login_data(self, value: Any) -> None:
+        self._login_data = value
+
+
 class SubmissionSMTP(SMTP):
     """aiosmtpd's session with the submission server's limits: AUTH only after STARTTLS, a
     connection cap, a short idle timeout until AUTH, and a bound on wrong passwords.
@@ -318,6 +333,9 @@ class SubmissionSMTP(SMTP):
         self._address = ""
         self._counted = False
         self._auth_failures = 0
+
+    def _create_session(self) -> Session:
+        return SubmissionSession(self.loop)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is None and self._original_transport is None:  # not the STARTTLS

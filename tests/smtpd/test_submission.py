@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -346,3 +347,15 @@ def test_auth_plain_by_challenge_and_login_with_initial_response(server, smtp_co
     code, reply = smtp.docmd("AUTH", "PLAIN not-base64!")
     assert code == 501 and reply.startswith(b"5.5.2")
     smtp.close()
+
+
+def test_a_login_logs_no_warning(server, smtp_config, trial, caplog):
+    account, key = trial
+    caplog.set_level(logging.DEBUG)
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    smtp.send_message(message(), to_addrs=["ana@rcpt.test"])
+    smtp.quit()
+    assert Transmission.select().count() == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == []
