@@ -301,6 +301,15 @@ class SubmissionHandler:
         )
 
 
+# aiosmtpd 1.4's own replies for a message over ``data_size_limit``.
+TOO_LARGE_REPLIES = frozenset(
+    {
+        "552 Error: message size exceeds fixed maximum message size",
+        "552 Error: Too much mail data",
+    }
+)
+
+
 class SubmissionSession(Session):
     """aiosmtpd's session without its legacy ``login_data``: aiosmtpd 1.4 sets it on every
     successful AUTH and logs a deprecation warning each time. Nothing here reads it (the
@@ -336,6 +345,16 @@ class SubmissionSMTP(SMTP):
 
     def _create_session(self) -> Session:
         return SubmissionSession(self.loop)
+
+    async def push(self, status: str | bytes) -> None:
+        # aiosmtpd answers a too-large message itself (a declared SIZE in MAIL, or DATA that
+        # runs over) with no hook to word it; say the limit and the setting that raises it.
+        if isinstance(status, str) and status in TOO_LARGE_REPLIES:
+            status = (
+                f"552 5.3.4 Message too big: the limit is {self.data_size_limit} bytes "
+                "(LAYANG_MAX_MESSAGE_BYTES)"
+            )
+        await super().push(status)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is None and self._original_transport is None:  # not the STARTTLS

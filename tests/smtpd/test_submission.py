@@ -200,6 +200,12 @@ def test_sandbox_header_from_must_be_the_sandbox_sender(server, smtp_config, tri
     assert Transmission.select().count() == 1
 
 
+def assert_names_the_limit(reply, smtp_config):
+    text = reply.decode()
+    assert f"{smtp_config.max_message_bytes} bytes" in text, text
+    assert "LAYANG_MAX_MESSAGE_BYTES" in text, text
+
+
 def test_size_is_enforced(server, smtp_config, trial):
     account, key = trial
     smtp = connect(smtp_config)
@@ -209,6 +215,7 @@ def test_size_is_enforced(server, smtp_config, trial):
     with pytest.raises(smtplib.SMTPSenderRefused) as error:  # SIZE= declared in MAIL FROM
         smtp.send_message(big, to_addrs=["ana@rcpt.test"])
     assert error.value.smtp_code == 552
+    assert_names_the_limit(error.value.smtp_error, smtp_config)
     smtp.close()
     assert Transmission.select().count() == 0
 
@@ -306,8 +313,9 @@ def test_size_is_enforced_without_a_declared_size(server, smtp_config, trial):
     smtp.mail(SANDBOX_SENDER)  # no SIZE= parameter: the limit applies to the data itself
     smtp.rcpt("ana@rcpt.test")
     lines = smtp_config.max_message_bytes // 80 + 10
-    code, _ = smtp.data(b"Subject: big\r\n\r\n" + (b"x" * 78 + b"\r\n") * lines)
+    code, reply = smtp.data(b"Subject: big\r\n\r\n" + (b"x" * 78 + b"\r\n") * lines)
     assert code == 552
+    assert_names_the_limit(reply, smtp_config)
     smtp.close()
     assert Transmission.select().count() == 0
 
