@@ -119,17 +119,22 @@ def test_logs_name_the_transmission_and_never_the_key(
     assert not any(api_key in line or api_key[4:20] in line for line in lines)
 
 
-def test_gunicorn_serves_wsgi_app(config, api_key, tmp_path):
-    port = free_port()
-    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2)
-    with open(tmp_path / "gunicorn.log", "wb") as log:
-        server = subprocess.Popen(
+def start_gunicorn(env, log_path):
+    """The documented production command, ``gunicorn -c gunicorn.conf.py wsgi:app``."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def test_gunicorn_serves_wsgi_app(config, api_key, tmp_path):
+    port = free_port()
+    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=2)
+    server = start_gunicorn(env, tmp_path / "gunicorn.log")
     try:
         wait_until(lambda: _healthy(port), 30, (tmp_path / "gunicorn.log").read_text())
         response = httpx.post(
@@ -157,14 +162,7 @@ def test_a_body_past_the_limit_is_answered_413_by_a_real_server(config, api_key,
     declares its length or comes in chunks."""
     port = free_port()
     env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_WORKERS=1)
-    with open(tmp_path / "gunicorn.log", "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    server = start_gunicorn(env, tmp_path / "gunicorn.log")
     big = b'{"bodyText": "' + b"a" * (42 * 1024 * 1024) + b'"}'
 
     def chunks():
