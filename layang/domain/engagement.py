@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from layang.clock import iso_ms, now_ms
 from layang.db import write_transaction
 from layang.models import CLICK, OPEN, SANDBOX, Account, Event, Recipient
+from layang.sending.events import append_events
 from layang.sending.tracking import InvalidToken, TrackingToken
 
 _USER_AGENT_MAX = 512
@@ -102,7 +103,5 @@ def record_engagement(recipient_id: str, status: str, detail: dict[str, object])
                     (Event.recipient == recipient_id) & (Event.status == OPEN)
                 )
                 detail["first"] = not earlier.exists()
-            Event.insert(
-                recipient=recipient_id, status=status, created_at=now, detail=json.dumps(detail)
-            ).execute()
+            append_events([(recipient_id, status, now, json.dumps(detail))])
         Recipient.update(updated_at=now).where(Recipient.id == recipient_id).execute()

@@ -20,7 +20,6 @@ from layang.db import (
     InsertBatch,
     database,
     insert_atomically,
-    insert_rows,
     is_postgresql,
     new_id,
     write_transaction,
@@ -31,10 +30,10 @@ from layang.models import (
     DELIVERY,
     INJECTION,
     Account,
-    Event,
     Recipient,
     Transmission,
 )
+from layang.sending.events import append_events
 from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 
@@ -366,7 +365,7 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
             for rid, (status, detail) in details.items()
             if rid in updated
         ]
-        insert_rows(Event, EVENT_FIELDS, events)
+        append_events(events)
     for attempt in attempts:
         for recipient in attempt.recipients:
             if recipient.id not in updated:
@@ -374,7 +373,6 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
     return {rid: details[rid][0] for rid in updated}
 
 
-EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 _KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS NULL'
 
 
