@@ -21,6 +21,7 @@ from layang.api.fields import (
 from layang.domain.records import ActivityRecord, list_activity
 from layang.models import EVENT_KINDS
 from layang.pagination import Page
+from layang.sending.bounce_class import BOUNCE_CLASSES
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")
 
@@ -33,6 +34,20 @@ class EventSchema(ma.Schema):
     detail = fields.Dict(
         metadata={"description": "The upstream SMTP reply, the clicked URL, the user agent."}
     )
+    bounce_class = fields.Function(
+        lambda event: event.detail.get("bounceClass"),
+        data_key="bounceClass",
+        metadata={
+            "description": "Delay and Bounce only: hard, soft, block or undetermined.",
+            "enum": list(BOUNCE_CLASSES),
+        },
+    )
+
+    @ma.post_dump
+    def _only_where_known(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if data.get("bounceClass") is None:
+            data.pop("bounceClass", None)
+        return data
 
 
 class ActivityRecordSchema(ma.Schema):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layang.db import insert_rows
+from layang.db import InsertBatch, insert_rows
 from layang.models import Event
 
 EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
@@ -19,6 +19,13 @@ EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 EventRow = tuple[str, str, int, str]
 
 
+def event_batches(rows: Sequence[EventRow]) -> list[InsertBatch]:
+    """The inserts that store ``rows`` and what follows from them, for ``insert_atomically``
+    (the intake path, which commits its rows in one go)."""
+    return [(Event, EVENT_FIELDS, rows)] if rows else []
+
+
 def append_events(rows: Sequence[EventRow]) -> None:
     """Store ``rows`` as activity events. Call it inside an open write transaction."""
-    insert_rows(Event, EVENT_FIELDS, rows)
+    for model, fields, batch in event_batches(rows):
+        insert_rows(model, fields, batch)

@@ -33,6 +33,7 @@ from layang.models import (
     Recipient,
     Transmission,
 )
+from layang.sending.bounce_class import classify
 from layang.sending.events import append_events
 from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
@@ -387,7 +388,9 @@ def _outcome(
         status = DELIVERY
     elif result.outcome == BOUNCED:
         status = BOUNCE
+        detail["bounceClass"] = classify(result.code, result.reply)
     else:
+        detail["bounceClass"] = classify(result.code, result.reply)
         next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
         if next_attempt is None:
             status = BOUNCE
