@@ -38,11 +38,13 @@ from layang.sending.outbox import (
     claim_due_recipients,
     load_transmissions,
     record_attempts,
+    record_suppressed,
     release,
     release_leases,
     renew_leases,
 )
 from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
+from layang.sending.suppression import applies, suppressed_recipients
 from layang.sending.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
@@ -138,6 +140,7 @@ class Worker:
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
+        groups = self.without_suppressed(groups, transmissions)
         self.signer.load(t.account_id for t in transmissions.values())
         self.books.hold(list(groups.values()))
         started = time.monotonic()
@@ -154,6 +157,28 @@ class Worker:
             pace = (time.monotonic() - started) / sent
             self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * pace
         return len(claimed)
+
+    def without_suppressed(
+        self,
+        groups: dict[str, list[ClaimedRecipient]],
+        transmissions: dict[str, QueuedTransmission],
+    ) -> dict[str, list[ClaimedRecipient]]:
+        """``groups`` less the recipients whose address went on the suppression list while
+        they waited; those are recorded ``Suppressed`` instead of being sent."""
+        found = suppressed_recipients([r.id for group in groups.values() for r in group])
+        if not found:
+            return groups
+        stopped = [
+            (recipient, found[recipient.id])
+            for tid, group in groups.items()
+            for recipient in group
+            if recipient.id in found
+            and applies(found[recipient.id], transmissions[tid].is_transactional)
+        ]
+        record_suppressed(self.owner, stopped)
+        skipped = {recipient.id for recipient, _ in stopped}
+        kept = {tid: [r for r in group if r.id not in skipped] for tid, group in groups.items()}
+        return {tid: group for tid, group in kept.items() if group}
 
     def deliver(
         self, transmission: QueuedTransmission, recipients: Sequence[ClaimedRecipient]
