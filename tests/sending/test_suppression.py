@@ -5,6 +5,7 @@ only mail sent with ``transactional: false``."""
 
 from __future__ import annotations
 
+import json
 import re
 import smtplib
 from dataclasses import replace
@@ -12,9 +13,11 @@ from email.message import EmailMessage
 
 import pytest
 
+from layang.db import insert_atomically, write_transaction
 from layang.domain import accounts
 from layang.domain.records import get_transmission_view
-from layang.models import Recipient, Suppression
+from layang.models import Event, Recipient, Suppression
+from layang.sending.events import append_events, event_batches
 from layang.smtpd.server import submission_server
 from tests.conftest import BACKENDS, drain
 from tests.sending.test_crash import free_port
@@ -284,3 +287,45 @@ def test_tampered_or_foreign_unsubscribe_tokens_are_404(client, auth, upstream, 
         response = client.post(f"/u/{bad}", data="List-Unsubscribe=One-Click")
         assert response.status_code == 404 and "Location" not in response.headers
     assert Suppression.select().count() == 0
+
+
+# -- events that add entries -----------------------------------------------------------------
+
+
+def test_events_add_entries_in_their_own_transaction_on_either_path(client, auth, account):
+    """``append_events`` (inside a transaction) and ``event_batches`` (committed in one go by
+    ``insert_atomically``, as intake does) both list the addresses their events call for, once
+    each, keeping an entry already there."""
+    tid = send(client, auth, ["ana@rcpt.test", "bo@rcpt.test", "cy@rcpt.test", "dee@rcpt.test"])[
+        "transmissionId"
+    ]
+    rid = {r.address: r.id for r in Recipient.select()}
+    hard = json.dumps({"bounceClass": "hard", "reply": "550 5.1.1 unknown user"})
+    soft = json.dumps({"bounceClass": "soft", "reply": "452 4.2.2 full"})
+    put_before = client.put(f"{SUPPRESSIONS}/dee@rcpt.test", json={"note": "mine"}, headers=auth)
+    assert put_before.status_code == 200
+
+    insert_atomically(
+        event_batches(
+            [
+                (rid["ana@rcpt.test"], "Bounce", 1, hard),
+                (rid["ana@rcpt.test"], "Bounce", 2, hard),  # twice in one batch: one entry
+                (rid["bo@rcpt.test"], "Bounce", 3, soft),
+                (rid["dee@rcpt.test"], "Complaint", 4, "{}"),
+            ]
+        )
+    )
+    with write_transaction():
+        append_events([(rid["cy@rcpt.test"], "Complaint", 5, "{}")])
+
+    entries = {s.email: s for s in Suppression.select()}
+    assert set(entries) == {"ana@rcpt.test", "cy@rcpt.test", "dee@rcpt.test"}
+    ana = entries["ana@rcpt.test"]
+    assert (ana.reason, ana.detail, ana.transmission_id) == (
+        "hard_bounce",
+        "550 5.1.1 unknown user",
+        tid,
+    )
+    assert (entries["cy@rcpt.test"].reason, entries["cy@rcpt.test"].created_at) == ("complaint", 5)
+    assert (entries["dee@rcpt.test"].reason, entries["dee@rcpt.test"].note) == ("manual", "mine")
+    assert Event.select().count() == 5
