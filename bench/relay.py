@@ -38,6 +38,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/dkim.py would shadow the dkim package the worker signs with.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
