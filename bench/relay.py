@@ -14,6 +14,11 @@ SQLite; on PostgreSQL it is in the machine figure). The sink is Postfix's `smtp-
 installed (Debian: `apt-get install postfix`; it offers PIPELINING), else an aiosmtpd sink.
 
     python bench/relay.py [--sizes 5000,50000] [--database-url URL] [--sink auto|smtp-sink|aiosmtpd]
+                          [--suppressed N]
+
+``--suppressed N`` first puts N other addresses on the account's suppression list, so that the
+worker's check of every batch it claims looks up a list of that size (none of the queued
+recipients is on it: the work relayed is the same).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/dkim.py would shadow the dkim package the worker signs with.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
@@ -43,7 +50,7 @@ from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
 
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
-TABLES = ("event", "recipient", "transmission", "api_key", "account")
+TABLES = ("event", "recipient", "transmission", "suppression", "api_key", "account")
 _DELIVERED = re.compile(r'layang_worker_outcomes_total\{status="Delivery"\} ([0-9.e+]+)')
 
 
@@ -113,13 +120,32 @@ def raw_rate(port: int, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def fill(config: Config, count: int) -> None:
-    """Queue ``count`` messages through the domain's intake, in one transaction."""
+def fill(config: Config, count: int, suppressed: int = 0) -> None:
+    """Queue ``count`` messages through the domain's intake, in one transaction, after listing
+    ``suppressed`` other addresses as suppressed."""
+    from layang.db import insert_rows, new_id
     from layang.domain import accounts
     from layang.domain.intake import TransmissionRequest, accept_transmission
+    from layang.models import Suppression
 
     account = accounts.create_account(f"bench{time.monotonic_ns()}", live=True)
+    fields = ("id", "account", "email", "email_key", "reason", "detail", "note", "created_at")
     with database.atomic():
+        for start in range(0, suppressed, 500):
+            rows = [
+                (
+                    new_id(),
+                    account.id,
+                    f"s{n}@gone.example",
+                    f"s{n}@gone.example",
+                    "manual",
+                    "",
+                    "",
+                    0,
+                )
+                for n in range(start, min(start + 500, suppressed))
+            ]
+            insert_rows(Suppression, fields, rows)
         for n in range(count):
             accept_transmission(account, TransmissionRequest(message(n)), config)
 
@@ -216,6 +242,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="5000,50000")
     parser.add_argument("--database-url", default="")
     parser.add_argument("--sink", choices=("auto", "smtp-sink", "aiosmtpd"), default="auto")
+    parser.add_argument("--suppressed", type=int, default=0)
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
 
@@ -239,12 +266,14 @@ def main() -> None:
     try:
         for size in sizes:
             reset(config.database_url, tmp)
-            fill(config, size)
+            fill(config, size, args.suppressed)
             raw = raw_rate(port, size)
             run = worker_run(env, size, sink.pid)
             rates = run["per_thousand"]
             cpu = run["cpu_ms"]
             print(f"{size} queued text+html messages, {backend}, {sink_name}, one connection each")
+            if args.suppressed:
+                print(f"  {args.suppressed} other addresses on the suppression list")
             print(f"  raw smtplib loop (pre-built bytes): {raw:8.1f} msg/s")
             print(f"  one layang worker:                  {run['rate']:8.1f} msg/s")
             print(f"  ratio worker/raw: {run['rate'] / raw:.2f}")

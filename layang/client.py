@@ -431,6 +431,7 @@ class Layang:
         self.templates = Templates(self)
         self.authorized_recipients = AuthorizedRecipients(self)
         self.domains = Domains(self)
+        self.suppressions = Suppressions(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -468,6 +469,7 @@ class Layang:
         substitution_data: Mapping[str, Any] | None = None,
         open_tracking: bool | None = None,
         click_tracking: bool | None = None,
+        transactional: bool | None = None,
         idempotency_key: str | None = None,
     ) -> str:
         """Send a message; returns its transmission id once the service has stored it.
@@ -478,6 +480,8 @@ class Layang:
         ``cc``, ``bcc`` and ``reply_to`` take one or a list. Attachments are file paths,
         ``(filename, bytes[, mime])`` tuples, ``{"filename", "content": bytes}`` or
         ``{"filename", "value": base64, "mimeType"}``. ``headers`` maps names to values.
+        ``transactional=False`` marks mail people may unsubscribe from (one-click unsubscribe
+        headers are added); recipients on the suppression list are never sent to.
 
         ``idempotency_key`` (1 to 255 printable ASCII characters) makes a repeat of this
         call within 24 hours return the first one's transmission id instead of sending again,
@@ -506,7 +510,11 @@ class Layang:
             body["substitutionData"] = dict(substitution_data)
         options = {
             key: value
-            for key, value in (("openTracking", open_tracking), ("clickTracking", click_tracking))
+            for key, value in (
+                ("openTracking", open_tracking),
+                ("clickTracking", click_tracking),
+                ("transactional", transactional),
+            )
             if value is not None
         }
         if options:
@@ -852,3 +860,43 @@ class Domains(_Resource):
     def delete(self, domain: str) -> None:
         """Delete the domain and its keys: its mail is no longer signed."""
         self._client._request("DELETE", f"{self._PATH}/{_path_segment(domain)}", idempotent=True)
+
+
+class Suppressions(_Resource):
+    """``client.suppressions``: the addresses the account never sends to."""
+
+    _PATH = "/suppressions"
+
+    def list(
+        self,
+        *,
+        reason: str | None = None,
+        email: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> Iterator[dict[str, Any]]:
+        """Iterate over the entries, newest first: only those for ``reason`` (``hard_bounce``,
+        ``complaint``, ``unsubscribe``, ``manual``) and whose address contains ``email``."""
+        params = {k: v for k, v in (("reason", reason), ("email", email)) if v is not None}
+        return self._client._paginate(self._PATH, params, page_size)
+
+    def get(self, email: str) -> dict[str, Any]:
+        """The entry for ``email``. Raises :class:`NotFoundError` when it is not listed."""
+        return self._client._json("GET", f"{self._PATH}/{_path_segment(email)}", idempotent=True)
+
+    def add(self, email: str, *, reason: str = "manual", note: str | None = None) -> dict[str, Any]:
+        """Suppress ``email`` (replacing its entry, if any) and return the entry. ``reason`` is
+        ``manual`` (no mail at all) or ``unsubscribe`` (no mail sent with ``transactional``
+        false)."""
+        body: dict[str, Any] = {"reason": reason}
+        if note is not None:
+            body["note"] = note
+        return self._client._json(
+            "PUT", f"{self._PATH}/{_path_segment(email)}", json=body, idempotent=True
+        )
+
+    put = add
+
+    def delete(self, email: str) -> None:
+        """Take ``email`` off the list: mail to it is sent again. Raises
+        :class:`NotFoundError` when it is not listed."""
+        self._client._request("DELETE", f"{self._PATH}/{_path_segment(email)}", idempotent=True)

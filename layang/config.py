@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
@@ -148,7 +149,8 @@ class Config:
     ``LAYANG_SECRET_KEY`` or the data dir), so a Config never lacks one.
 
     An empty ``database_url``, ``relay_url`` or ``public_url`` means the embedded default
-    derived from ``data_dir`` or ``http_bind``.
+    derived from ``data_dir`` or ``http_bind``; an empty ``bounce_domain`` means
+    ``bounces.<host of public_url>``.
     """
 
     # _setting returns a dataclasses.field(), not a call shared by every instance.
@@ -189,6 +191,7 @@ class Config:
         "LAYANG_REQUIRE_VERIFIED_DOMAIN", _boolean, default=False
     )
     inbound_host: str = _setting("LAYANG_INBOUND_HOST", default="")
+    bounce_domain: str = _setting("LAYANG_BOUNCE_DOMAIN", default="")
     rate_limit: RateLimit | None = _setting("LAYANG_RATE_LIMIT", _rate_limit, default=None)  # noqa: RUF009
 
     def __post_init__(self) -> None:
@@ -200,6 +203,8 @@ class Config:
             "relay_url": self.relay_url or f"capture:{Path(self.data_dir) / 'outbox'}",
             "public_url": (self.public_url or f"http://{self.http_bind}").rstrip("/"),
         }
+        host = urlsplit(derived["public_url"]).hostname or "localhost"
+        derived["bounce_domain"] = (self.bounce_domain or f"bounces.{host}").lower()
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: settle the defaults once, here
 

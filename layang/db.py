@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -454,7 +455,22 @@ def insert_rows(
 InsertBatch = tuple[type[peewee.Model], tuple[str, ...], Sequence[Sequence[object]]]
 
 
-def insert_atomically(batches: Sequence[InsertBatch]) -> None:
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A writing statement (``?`` placeholders) that joins ``insert_atomically`` beside its
+    insert batches, for what a plain row insert cannot say (``INSERT … SELECT``)."""
+
+    sql: str
+    params: Sequence[object]
+
+    def bound(self, param: str) -> str:
+        return self.sql.replace("?", param)
+
+
+Batch = InsertBatch | Statement
+
+
+def insert_atomically(batches: Sequence[Batch]) -> None:
     """Insert several ``insert_rows`` batches all-or-nothing, durably committed on return.
 
     On PostgreSQL, outside a transaction, the statements go to the server as one message,
@@ -462,13 +478,19 @@ def insert_atomically(batches: Sequence[InsertBatch]) -> None:
     and COMMIT (it halved the intake path's time there). On SQLite, outside a transaction,
     they join the group commit of concurrent callers in this process (see ``GroupCommit``).
     Inside a transaction already open, they run one by one in a nested write transaction.
+    A :class:`Statement` runs in its place among the batches.
     """
-    batches = [batch for batch in batches if batch[2]]
+    batches = [batch for batch in batches if isinstance(batch, Statement) or batch[2]]
     db = database.obj
     if not db.in_transaction():
         if isinstance(db, peewee.PostgresqlDatabase):
             statements, params = [], []
-            for model, fields, rows in batches:
+            for batch in batches:
+                if isinstance(batch, Statement):
+                    statements.append(batch.bound(db.param))
+                    params.extend(batch.params)
+                    continue
+                model, fields, rows = batch
                 statements.append(_insert_sql(model, fields, len(rows), db.param))
                 params.extend(value for row in rows for value in row)
             database.execute_sql("; ".join(statements), params)
@@ -477,18 +499,22 @@ def insert_atomically(batches: Sequence[InsertBatch]) -> None:
             db.group_commit.insert(batches)
             return
     with write_transaction():
-        _insert_batches(batches)
+        insert_batches(batches)
 
 
-def _insert_batches(batches: Sequence[InsertBatch]) -> None:
-    for model, fields, rows in batches:
-        insert_rows(model, fields, rows)
+def insert_batches(batches: Sequence[Batch]) -> None:
+    """Run ``batches`` one after another inside the caller's open write transaction."""
+    for batch in batches:
+        if isinstance(batch, Statement):
+            database.execute_sql(batch.bound(database.obj.param), list(batch.params))
+        else:
+            insert_rows(*batch)
 
 
 class _Pending:
     __slots__ = ("batches", "done", "error")
 
-    def __init__(self, batches: Sequence[InsertBatch]) -> None:
+    def __init__(self, batches: Sequence[Batch]) -> None:
         self.batches = batches
         self.done = False
         # Until the commit succeeds: should the leader be interrupted (a worker timeout
@@ -522,7 +548,7 @@ class GroupCommit:
         self._queue: list[_Pending] = []
         self._committing = False
 
-    def insert(self, batches: Sequence[InsertBatch]) -> None:
+    def insert(self, batches: Sequence[Batch]) -> None:
         """Insert ``batches`` all-or-nothing; returns once they are committed, else raises
         what the database raised for them."""
         entry = _Pending(batches)
@@ -551,7 +577,7 @@ class GroupCommit:
         try:
             with write_transaction(self._db):
                 for member in group:
-                    _insert_batches(member.batches)
+                    insert_batches(member.batches)
         except Exception as error:
             if len(group) == 1:
                 group[0].error = error
@@ -559,7 +585,7 @@ class GroupCommit:
             for member in group:
                 try:
                     with write_transaction(self._db):
-                        _insert_batches(member.batches)
+                        insert_batches(member.batches)
                 except Exception as alone:
                     member.error = alone
                 else:

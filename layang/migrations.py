@@ -237,12 +237,32 @@ def _idempotency_rate_limits_scopes(t: Dialect) -> list[str]:
     ]
 
 
+def _suppressions(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "suppression" (
+            "id" VARCHAR(26) NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "email" VARCHAR(320) NOT NULL,
+            "email_key" VARCHAR(320) NOT NULL,
+            "reason" VARCHAR(16) NOT NULL,
+            "transmission_id" VARCHAR(26),
+            "detail" TEXT NOT NULL,
+            "note" TEXT NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE UNIQUE INDEX "suppression_account_id_email_key" '
+        'ON "suppression" ("account_id", "email_key")',
+        'CREATE INDEX "suppression_account_id_id" ON "suppression" ("account_id", "id")',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
     Migration(3, "templates", _templates),
     Migration(4, "sending domains and DKIM keys", _sending_domains),
     Migration(5, "idempotency keys, rate limits, key scopes", _idempotency_rate_limits_scopes),
+    Migration(7, "suppression list", _suppressions),
 )
 
 

@@ -22,10 +22,13 @@ INJECTION = "Injection"
 DELAY = "Delay"
 DELIVERY = "Delivery"
 BOUNCE = "Bounce"
+SUPPRESSED = "Suppressed"
 OPEN = "Open"
 CLICK = "Click"
-DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE)
-EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK)
+COMPLAINT = "Complaint"
+UNSUBSCRIBE = "Unsubscribe"
+DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
+EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
 
 
 class BaseModel(peewee.Model):
@@ -230,6 +233,41 @@ class RateWindow(BaseModel):
 
 
 MODELS.extend([IdempotencyKey, IdempotencyAnswer, RateWindow])
+
+
+# Why an address is on an account's suppression list (contract 9).
+HARD_BOUNCE = "hard_bounce"
+COMPLAINED = "complaint"
+UNSUBSCRIBED = "unsubscribe"
+MANUAL = "manual"
+SUPPRESSION_REASONS = (HARD_BOUNCE, COMPLAINED, UNSUBSCRIBED, MANUAL)
+
+
+class Suppression(BaseModel):
+    """An address an account never sends to (``unsubscribe`` entries: no non-transactional
+    mail). ``email_key`` is the lower-cased address, unique per account; ``transmission_id``
+    names the message whose bounce, complaint or unsubscribe added it (not a foreign key: the
+    entry outlives the message). ``detail`` is the remote server's reply, ``note`` the
+    account's own words."""
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    email = peewee.CharField(max_length=320)
+    email_key = peewee.CharField(max_length=320)
+    reason = peewee.CharField(max_length=16)
+    transmission_id = peewee.CharField(max_length=26, null=True)
+    detail = peewee.TextField(default="")
+    note = peewee.TextField(default="")
+    created_at = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = (
+            (("account", "email_key"), True),
+            (("account", "id"), False),
+        )
+
+
+MODELS.append(Suppression)
 
 
 # The template store's tables live in the same database as everything else.

@@ -45,6 +45,7 @@ DOCUMENTED = {
     "dns_resolver": "",
     "require_verified_domain": False,
     "inbound_host": "",
+    "bounce_domain": "bounces.127.0.0.1",
     "rate_limit": None,
 }
 

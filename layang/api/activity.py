@@ -62,7 +62,12 @@ class ActivityRecordSchema(ma.Schema):
     )
     sender = fields.Nested(MailboxSchema, data_key="from")
     subject = fields.String()
-    status = fields.String(metadata={"description": "Injection, Delay, Delivery or Bounce."})
+    status = fields.String(
+        metadata={
+            "description": "Injection, Delay, Delivery, Bounce, or Suppressed (never sent: the "
+            "address is on the suppression list)."
+        }
+    )
     created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
     updated_at = Timestamp(data_key="updatedAt", metadata=ISO_8601)
     metadata = fields.Dict(

@@ -171,7 +171,10 @@ class OptionsAttributesSchema(CompatSchema):
     clickTracking = fields.Boolean(metadata={"description": "Track clicks on links."})
     openTracking = fields.Boolean(metadata={"description": "Track opens."})
     transactional = fields.Boolean(
-        metadata={"description": "Accepted for compatibility; every message is transactional."}
+        metadata={
+            "description": "Default true. false: the message gets one-click unsubscribe headers "
+            "(List-Unsubscribe), and `unsubscribe` entries of the suppression list stop it."
+        }
     )
 
 
@@ -290,6 +293,13 @@ class TransmissionAcceptedSchema(ma.Schema):
     transmissionId = fields.String(
         required=True, metadata={"description": "Identifies the message in Activity."}
     )
+    suppressed = fields.List(
+        fields.String(),
+        metadata={
+            "description": "Only when some recipients are on the suppression list: those "
+            "addresses. Each has a `Suppressed` record and is never sent to; the others are."
+        },
+    )
 
 
 class TransmissionSchema(ma.Schema):
@@ -321,9 +331,9 @@ class Transmissions(MethodView):
         The answer comes only after the message is durably stored: from then on it is never lost.
         """
         config = current_app.config["LAYANG"]
-        transmission_id = accept_transmission(g.account, request, config, current_claim())
+        accepted = accept_transmission(g.account, request, config, current_claim())
         # The hottest endpoint answers a fixed shape: skip the schema dump (still documented).
-        return flask.jsonify(transmissionId=transmission_id)
+        return current_app.response_class(accepted.answer(), mimetype="application/json")
 
 
 @blp.route("/transmissions/<transmission_id>")

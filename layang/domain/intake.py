@@ -25,6 +25,7 @@ from layang.domain.sending_domains import check_sender_domain
 from layang.models import Account
 from layang.sending.message import RECIPIENT_KINDS, OutgoingMessage
 from layang.sending.outbox import queue_message
+from layang.sending.suppression import suppressed_addresses
 
 MAX_METADATA_BYTES = 10 * 1024
 """Metadata is kept with every activity record and webhook event: at most this much, as
@@ -117,16 +118,33 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
     return replace(request.message, subject=subject, text=text, html=html)
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A queued message: its id, and the recipients on the suppression list (each has a
+    ``Suppressed`` record and is never sent to), in the order given."""
+
+    transmission_id: str
+    suppressed: tuple[str, ...] = ()
+
+    def answer(self) -> str:
+        """The API's 200 body, as an idempotency key records it. ``suppressed`` appears only
+        when some recipient is: clients that check the answer's keys keep working."""
+        body: dict[str, Any] = {"transmissionId": self.transmission_id}
+        if self.suppressed:
+            body["suppressed"] = list(self.suppressed)
+        return json.dumps(body, separators=(",", ":"))
+
+
 def send_answer(transmission_id: str) -> str:
-    """A send's answer, as an idempotency key records it (the API's 200 body)."""
-    return json.dumps({"transmissionId": transmission_id}, separators=(",", ":"))
+    """A send's answer with no suppressed recipient (the SMTP submission's, for a replay)."""
+    return Accepted(transmission_id).answer()
 
 
 def accept_transmission(
     account: Account, request: TransmissionRequest, config: Config, claim: Claim | None = None
-) -> str:
-    """Queue the requested message; returns its transmission id once it is durably stored,
-    with the answer to ``claim``'s idempotency key when one is given.
+) -> Accepted:
+    """Queue the requested message; returns its transmission id and its suppressed recipients
+    once it is durably stored, with the answer to ``claim``'s idempotency key when one is given.
 
     Raises ``MessageTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
     unknown template, ``InvalidInput`` when the template leaves the message without a body
@@ -152,14 +170,24 @@ def accept_transmission(
         },
     )
     take(account, config.rate_limit)
-    transmission_id = new_id()
-    answer = claim.answer_rows(200, send_answer(transmission_id)) if claim else ()
+    recipients = [address for address, _ in message.envelope_recipients()]
+    suppressed = suppressed_addresses(
+        account.id, recipients, transactional=message.is_transactional
+    )
+    accepted = Accepted(new_id(), tuple(a for a in recipients if a.lower() in suppressed))
+    answer = claim.answer_rows(200, accepted.answer()) if claim else ()
     try:
-        return queue_message(
-            account, message, request.metadata, transmission_id=transmission_id, also=answer
+        queue_message(
+            account,
+            message,
+            request.metadata,
+            transmission_id=accepted.transmission_id,
+            also=answer,
+            suppressed=suppressed,
         )
     except peewee.IntegrityError:
         if claim is None:
             raise
         # Only the answer's unique key can clash: a holder of the same key got there first.
         raise IdempotencyInFlight() from None
+    return accepted

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layang.db import InsertBatch, insert_rows
+from layang.db import Batch, insert_batches
 from layang.models import Event
+from layang.sending.suppression import suppressions_from
 
 EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 
@@ -19,13 +20,19 @@ EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 EventRow = tuple[str, str, int, str]
 
 
-def event_batches(rows: Sequence[EventRow]) -> list[InsertBatch]:
+def event_batches(rows: Sequence[EventRow]) -> list[Batch]:
     """The inserts that store ``rows`` and what follows from them, for ``insert_atomically``
     (the intake path, which commits its rows in one go)."""
-    return [(Event, EVENT_FIELDS, rows)] if rows else []
+    if not rows:
+        return []
+    batches: list[Batch] = [(Event, EVENT_FIELDS, rows)]
+    # A hard bounce, a complaint or an unsubscribe puts the address on the suppression list.
+    suppressions = suppressions_from(rows)
+    if suppressions is not None:
+        batches.append(suppressions)
+    return batches
 
 
 def append_events(rows: Sequence[EventRow]) -> None:
     """Store ``rows`` as activity events. Call it inside an open write transaction."""
-    for model, fields, batch in event_batches(rows):
-        insert_rows(model, fields, batch)
+    insert_batches(event_batches(rows))

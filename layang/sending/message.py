@@ -242,6 +242,12 @@ class OutgoingMessage:
         of their own)."""
         return self.html is not None and (self.open_tracking or self.click_tracking)
 
+    @property
+    def is_transactional(self) -> bool:
+        """Transactional unless sent with ``transactional: false``: only mail that is not
+        carries one-click unsubscribe headers and is stopped by ``unsubscribe`` entries."""
+        return self.transactional is not False
+
     def envelope_recipients(self) -> list[tuple[str, str]]:
         """(address, kind) for every distinct recipient; an address listed twice gets one email,
         under the first kind it appears in (to, then cc, then bcc)."""

@@ -12,12 +12,12 @@ import json
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from layang.clock import iso_ms, now_ms
 from layang.db import (
-    InsertBatch,
+    Batch,
     database,
     insert_atomically,
     is_postgresql,
@@ -29,14 +29,16 @@ from layang.models import (
     DELAY,
     DELIVERY,
     INJECTION,
+    SUPPRESSED,
     Account,
     Recipient,
     Transmission,
 )
 from layang.sending.bounce_class import classify
-from layang.sending.events import append_events
+from layang.sending.events import append_events, event_batches
 from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
+from layang.sending.suppression import suppressed_addresses, suppressed_event_detail
 
 log = logging.getLogger("layang.outbox")
 
@@ -70,7 +72,10 @@ RECIPIENT_FIELDS = (
 @dataclass(frozen=True)
 class Submission:
     """A message accepted by one of the ways in, ready to be stored: either ``message`` (built
-    into MIME by the worker) or ``raw``, finished MIME bytes (SMTP submissions)."""
+    into MIME by the worker) or ``raw``, finished MIME bytes (SMTP submissions).
+
+    ``suppressed`` maps the lower-cased recipients on the suppression list to the reason
+    (see ``suppressed_addresses``): they get a ``Suppressed`` record and are never queued."""
 
     transmission_id: str
     created_at: int
@@ -83,11 +88,13 @@ class Submission:
     recipients: Sequence[tuple[str, str]]
     message: OutgoingMessage | None = None
     raw: bytes | None = None
+    suppressed: Mapping[str, str] = field(default_factory=dict)
 
 
-def enqueue(account: Account, submission: Submission, also: Sequence[InsertBatch] = ()) -> None:
+def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction,
-    with the rows of ``also`` (an idempotency key's answer): all or nothing."""
+    with the rows of ``also`` (an idempotency key's answer): all or nothing. A suppressed
+    recipient's record is stored ``Suppressed``, with its event, and never queued."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
     message = submission.message
@@ -105,25 +112,22 @@ def enqueue(account: Account, submission: Submission, also: Sequence[InsertBatch
         payload,
         submission.raw,
     )
-    recipient_rows = [
-        (
-            rid,
-            submission.transmission_id,
-            account.id,
-            address,
-            kind,
-            INJECTION,
-            created,
-            created,
-            0,
-            created,
-        )
-        for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True)
-    ]
+    recipient_rows = []
+    suppressed_events = []
+    for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
+        reason = submission.suppressed.get(address.lower())
+        if reason is None:
+            row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
+            recipient_rows.append((*row, created, created, 0, created))
+        else:
+            row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
+            recipient_rows.append((*row, created, created, 0, None))
+            suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     insert_atomically(
         [
             (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
             (Recipient, RECIPIENT_FIELDS, recipient_rows),
+            *event_batches(suppressed_events),
             *also,
         ]
     )
@@ -136,13 +140,20 @@ def queue_message(
     source: str = "api",
     *,
     transmission_id: str | None = None,
-    also: Sequence[InsertBatch] = (),
+    also: Sequence[Batch] = (),
+    suppressed: Mapping[str, str] | None = None,
 ) -> str:
     """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
     under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
     ``enqueue``); returns the transmission id once it is durably stored. The message is dated
-    now."""
+    now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
+    None."""
     transmission_id = transmission_id or new_id()
+    recipients = message.envelope_recipients()
+    if suppressed is None:
+        suppressed = suppressed_addresses(
+            account.id, (a for a, _ in recipients), transactional=message.is_transactional
+        )
     accepted_at = now_ms()
     message = replace(message, date_ms=accepted_at)
     sender = message.sender
@@ -157,8 +168,9 @@ def queue_message(
         subject=message.subject,
         message_id=f"<{transmission_id}@{domain_of(sender.email)}>",
         metadata=metadata,
-        recipients=message.envelope_recipients(),
+        recipients=recipients,
         message=message,
+        suppressed=suppressed,
     )
     enqueue(account, submission, also)
     log.info(
@@ -198,6 +210,14 @@ class QueuedTransmission:
     raw: bytes | None
     account_id: int = 0
     from_header: str = ""
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the message is transactional (see ``OutgoingMessage.is_transactional``);
+        SMTP submissions always are."""
+        if self.payload is None:
+            return True
+        return OutgoingMessage.from_payload(json.loads(self.payload)).is_transactional
 
     @property
     def from_domain(self) -> str:
@@ -372,6 +392,38 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
             if recipient.id not in updated:
                 log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
     return {rid: details[rid][0] for rid in updated}
+
+
+def record_suppressed(owner: str, stopped: Sequence[tuple[ClaimedRecipient, str]]) -> set[str]:
+    """Record each (recipient, reason) of ``stopped`` as ``Suppressed``, never to be sent,
+    where ``owner`` still holds it: its address went on the suppression list while it waited
+    in the queue. Returns the ids recorded."""
+    if not stopped:
+        return set()
+    now = now_ms()
+    param = database.obj.param
+    with write_transaction():
+        cursor = database.execute_sql(
+            _record_sql(param, is_postgresql(), len(stopped)),
+            [now, *(v for r, _ in stopped for v in (r.id, SUPPRESSED, r.attempts, None)), owner],
+        )
+        updated = {row[0] for row in cursor.fetchall()}
+        append_events(
+            [
+                (r.id, SUPPRESSED, now, suppressed_event_detail(reason))
+                for r, reason in stopped
+                if r.id in updated
+            ]
+        )
+    for recipient, reason in stopped:
+        if recipient.id in updated:
+            log.info(
+                "suppressed tid=%s rid=%s reason=%s",
+                recipient.transmission_id,
+                recipient.id,
+                reason,
+            )
+    return updated
 
 
 _KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS NULL'

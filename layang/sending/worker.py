@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
@@ -38,12 +39,16 @@ from layang.sending.outbox import (
     claim_due_recipients,
     load_transmissions,
     record_attempts,
+    record_suppressed,
     release,
     release_leases,
     renew_leases,
 )
 from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
+from layang.sending.suppression import applies, suppressed_recipients
 from layang.sending.tracking import Tracker
+from layang.sending.unsubscribe import HEADER_NAMES as UNSUBSCRIBE_HEADERS
+from layang.sending.unsubscribe import UnsubscribeTokens
 
 log = logging.getLogger("layang.worker")
 
@@ -72,6 +77,9 @@ class Worker:
         self.relay = relay or relay_from_url(config.relay_url, helo_name=socket.gethostname())
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
         self.tracker = Tracker(config.secret_key, config.public_url)
+        self.unsubscribe_tokens = UnsubscribeTokens(
+            config.secret_key, config.public_url, config.bounce_domain
+        )
         self.signer = DkimSigner(config.secret_key)
         self.books = Bookkeeper(self)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
@@ -138,6 +146,7 @@ class Worker:
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
+        groups = self.without_suppressed(groups, transmissions)
         self.signer.load(t.account_id for t in transmissions.values())
         self.books.hold(list(groups.values()))
         started = time.monotonic()
@@ -155,6 +164,28 @@ class Worker:
             self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * pace
         return len(claimed)
 
+    def without_suppressed(
+        self,
+        groups: dict[str, list[ClaimedRecipient]],
+        transmissions: dict[str, QueuedTransmission],
+    ) -> dict[str, list[ClaimedRecipient]]:
+        """``groups`` less the recipients whose address went on the suppression list while
+        they waited; those are recorded ``Suppressed`` instead of being sent."""
+        found = suppressed_recipients([r.id for group in groups.values() for r in group])
+        if not found:
+            return groups
+        stopped = [
+            (recipient, found[recipient.id])
+            for tid, group in groups.items()
+            for recipient in group
+            if recipient.id in found
+            and applies(found[recipient.id], transmissions[tid].is_transactional)
+        ]
+        record_suppressed(self.owner, stopped)
+        skipped = {recipient.id for recipient, _ in stopped}
+        kept = {tid: [r for r in group if r.id not in skipped] for tid, group in groups.items()}
+        return {tid: group for tid, group in kept.items() if group}
+
     def deliver(
         self, transmission: QueuedTransmission, recipients: Sequence[ClaimedRecipient]
     ) -> None:
@@ -165,12 +196,13 @@ class Worker:
             except Exception as error:
                 self.unbuildable(transmission, recipients, error)
                 return
-        if message is not None and message.tracked:
-            # Tracking URLs name the recipient, so each recipient gets a copy of its own.
+        if message is not None and (message.tracked or not message.is_transactional):
+            # Tracking URLs and unsubscribe links name the recipient, so each recipient gets a
+            # copy of its own.
             for recipient in recipients:
-                self.attempt(transmission, [recipient], message, tracked=True)
+                self.attempt(transmission, [recipient], message, personal=True)
         else:
-            self.attempt(transmission, recipients, message, tracked=False)
+            self.attempt(transmission, recipients, message, personal=False)
 
     def attempt(
         self,
@@ -178,16 +210,16 @@ class Worker:
         recipients: Sequence[ClaimedRecipient],
         message: OutgoingMessage | None,
         *,
-        tracked: bool,
+        personal: bool,
     ) -> None:
         """One delivery attempt of one copy of the message to ``recipients``."""
         built = None
         try:
             if message is None:
                 raw = transmission.raw
-            elif tracked:
+            elif personal:
                 raw = compose_message(
-                    self.tracked_message(message, recipients[0].id), transmission.message_id
+                    self.personal_message(message, recipients[0].id), transmission.message_id
                 )
             else:
                 raw = compose_message(message, transmission.message_id)
@@ -223,14 +255,24 @@ class Worker:
         results = {r.address: RecipientResult(r.address, 0, reply, BOUNCED) for r in recipients}
         self.books.add(Attempt(recipients, results))
 
-    def tracked_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:
-        html = self.tracker.track_html(
-            message.html,
-            recipient_id,
-            opens=message.open_tracking,
-            clicks=message.click_tracking,
-        )
-        return message.with_html(html)
+    def personal_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:
+        """The copy of ``message`` for one recipient: its tracking URLs, and for mail that is
+        not transactional its one-click unsubscribe headers (in place of any the sender gave:
+        a message has one List-Unsubscribe)."""
+        if message.tracked:
+            html = self.tracker.track_html(
+                message.html,
+                recipient_id,
+                opens=message.open_tracking,
+                clicks=message.click_tracking,
+            )
+            message = message.with_html(html)
+        if not message.is_transactional:
+            kept = tuple(h for h in message.headers if h.name.lower() not in UNSUBSCRIBE_HEADERS)
+            message = replace(
+                message, headers=(*kept, *self.unsubscribe_tokens.headers(recipient_id))
+            )
+        return message
 
 
 class Bookkeeper:

@@ -38,6 +38,7 @@ from layang.domain.sending_domains import check_sender_domain
 from layang.models import SEND, Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
+from layang.sending.suppression import suppressed_addresses
 from layang.smtpd.limits import AUTH_FAILURES_PER_CONNECTION, ConnectionLimits
 from layang.smtpd.submitted import PreparedMessage, prepare_submission
 from layang.smtpd.tls import server_tls_context
@@ -290,6 +291,8 @@ class SubmissionHandler:
                 metadata={},
                 recipients=[(address, kind(address)) for address in recipients],
                 raw=message.raw,
+                # SMTP has no way to say a message is not transactional: it is.
+                suppressed=suppressed_addresses(account.id, recipients, transactional=True),
             ),
             answer,
         )

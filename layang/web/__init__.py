@@ -1,10 +1,18 @@
-"""Server-rendered pages: the console, the sandbox consent page, and the tracking links."""
+"""Server-rendered pages: the console, the sandbox consent page, the tracking links and the
+unsubscribe page."""
 
 from __future__ import annotations
 
 import flask
 
-from layang.web import consent_page, console, error_pages, tracked_links
+from layang.web import (
+    consent_page,
+    console,
+    console_suppressions,
+    error_pages,
+    tracked_links,
+    unsubscribe_page,
+)
 
 web = flask.Blueprint(
     "web",
@@ -15,7 +23,9 @@ web = flask.Blueprint(
 )
 consent_page.register(web)
 tracked_links.register(web)
+unsubscribe_page.register(web)
 console.register(web)
+console_suppressions.register(web)
 error_pages.register(web)
 
 

@@ -156,12 +156,15 @@ def test_every_public_field(live_server, api_key, layang, upstream, relay_to):
     assert transmission_id, sdk.error_message
     drain(relay_to(upstream))
 
+    # transactional: false gives each recipient a copy with its own unsubscribe link.
     received = received_by(upstream, "ana@rcpt.example")
-    assert sorted(received.rcpt_tos) == sorted(
+    assert sorted(r for copy in upstream.received for r in copy.rcpt_tos) == sorted(
         ["ana@rcpt.example", "cy@rcpt.example", "dee@rcpt.example"]
     )
-    assert b"dee@rcpt.example" not in received.data
+    assert not any(b"dee@rcpt.example" in copy.data for copy in upstream.received)
     mail = parsed(received)
+    assert mail["List-Unsubscribe"].startswith("<http://127.0.0.1:8000/u/")
+    assert mail["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert mail["Reply-To"] == "Help <help@shop.example>"
     assert mail["Cc"] == "Cy <cy@rcpt.example>"
     assert mail["x-header"] == "your header value"

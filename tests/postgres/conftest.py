@@ -37,7 +37,7 @@ def queue_many(config: Config, account: Account) -> Callable[..., list[str]]:
                         }
                     ),
                     config,
-                )
+                ).transmission_id
                 for n in range(count)
             ]
 

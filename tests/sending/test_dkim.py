@@ -138,6 +138,11 @@ SHAPES = {
         "bodyHtml": '<p><a href="https://example.com/a">link</a></p>',
         "optionsAttributes": {"openTracking": True, "clickTracking": True},
     },
+    "one-click unsubscribe": {
+        "bodyText": "This week's news.",
+        "cc": [{"email": "cy@r.test"}],
+        "optionsAttributes": {"transactional": False},
+    },
 }
 
 
@@ -158,6 +163,16 @@ def test_every_message_shape_is_signed_and_verifies(
         assert signature[b"c"] == b"relaxed/relaxed"
         assert signed_headers(signature) >= REQUIRED
         assert verifier(received.data), shape
+        if shape == "one-click unsubscribe":
+            headers = received.message
+            assert headers["List-Unsubscribe"] and headers["List-Unsubscribe-Post"]
+            # Both are signed, and a second one added on the way would break the signature.
+            names = [name.strip().lower() for name in signature[b"h"].split(b":")]
+            assert names.count(b"list-unsubscribe") == names.count(b"list-unsubscribe-post") == 2
+            added = received.data.replace(
+                b"\r\n\r\n", b"\r\nList-Unsubscribe: <https://evil.example/u>\r\n\r\n", 1
+            )
+            assert not verifier(added)
         # Exactly the bytes relayed: one changed byte in the body breaks it.
         tampered = received.data.replace(b"\r\n\r\n", b"\r\n\r\nX", 1)
         assert not verifier(tampered)
