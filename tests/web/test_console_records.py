@@ -52,7 +52,8 @@ def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream,
         assert '<dt>items</dt><dd>[{"sku": "\\u003cb\\u003e"}]</dd>' in page
         for event in record["events"]:
             at = event["timestamp"]
-            shown = f'<time datetime="{at}" data-precision="ms">{at[:23].replace("T", " ")} UTC</time>'
+            text = at[:23].replace("T", " ")
+            shown = f'<time datetime="{at}" data-precision="ms">{text} UTC</time>'
             assert shown in page
     delayed = next(r for r in records if r["recipient"] == "later@rcpt.test")
     assert delayed["status"] == "Delay"
