@@ -9,7 +9,7 @@ from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 
-from layang.domain.errors import NotFound
+from layang.domain.errors import MessageUnavailable, NotFound
 from layang.models import Account, Recipient, Transmission
 from layang.sending.compose import compose_message
 from layang.sending.message import OutgoingMessage
@@ -43,8 +43,9 @@ class MessageView:
 def get_message_view(account: Account, record_id: str) -> MessageView:
     """The message behind the activity record ``record_id`` of ``account``. Reads only.
 
-    Raises ``NotFound`` for an unknown record, another account's, or one whose message is no
-    longer stored."""
+    Raises ``NotFound`` for an unknown record or another account's, and
+    ``MessageUnavailable`` when the message is not stored or cannot be built again (the
+    worker bounced it for that reason)."""
     row = (
         Transmission.select(Transmission.raw, Transmission.payload, Transmission.message_id)
         .join(Recipient)
@@ -56,10 +57,13 @@ def get_message_view(account: Account, record_id: str) -> MessageView:
     if row.raw is not None:
         raw, rebuilt = bytes(row.raw), False
     elif row.payload is not None:
-        message = OutgoingMessage.from_payload(json.loads(row.payload))
-        raw, rebuilt = compose_message(message, row.message_id), True
+        try:
+            message = OutgoingMessage.from_payload(json.loads(row.payload))
+            raw, rebuilt = compose_message(message, row.message_id), True
+        except (ValueError, KeyError, TypeError) as error:
+            raise MessageUnavailable(f"The message cannot be built: {error}") from None
     else:
-        raise NotFound(f"The message of {record_id!r} is no longer stored.")
+        raise MessageUnavailable("The message is not stored.")
     return parse_message(record_id, raw, rebuilt=rebuilt)
 
 

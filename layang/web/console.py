@@ -21,7 +21,7 @@ import templates_store
 from layang.clock import iso_ms
 from layang.domain import message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
-from layang.domain.errors import Forbidden, LayangError, NotFound
+from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
 from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
 from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
 from layang.web.csrf import FormExpired
@@ -231,12 +231,15 @@ def record_page(account: Account, record_id: str) -> Any:
         record = records.get_record(account, record_id)
     except NotFound:
         return render_template("console/not_found.html"), 404
+    message = problem = None
     try:
         message = message_view.get_message_view(account, record_id)
-    except NotFound:
-        message = None
+    except MessageUnavailable as error:
+        problem = error.message
     images = request.args.get("images") == "1"
-    return render_template("console/record.html", record=record, message=message, images=images)
+    return render_template(
+        "console/record.html", record=record, message=message, problem=problem, images=images
+    )
 
 
 # The message's HTML is someone else's markup: it runs no script, submits no form, opens
@@ -253,7 +256,7 @@ def message_html(account: Account, record_id: str) -> Any:
     """The HTML part of a record's message alone, for the sandboxed frame of its page."""
     try:
         message = message_view.get_message_view(account, record_id)
-    except NotFound:
+    except NotFound:  # MessageUnavailable too
         flask.abort(404)
     if message.html is None:
         flask.abort(404)

@@ -10,6 +10,7 @@ import pytest
 import templates_store
 from layang.domain import accounts, records
 from layang.domain.message_view import parse_message
+from layang.models import Transmission
 from tests.conftest import BACKENDS, b64, drain
 from tests.web.test_console import _login
 
@@ -100,6 +101,12 @@ def test_a_message_without_html_has_no_frame(client, auth, api_key):
     page = client.get(f"/console/activity/{record_id}").get_data(as_text=True)
     assert "<iframe" not in page and "hi there" in page
     assert client.get(f"/console/activity/{record_id}/message.html").status_code == 404
+
+    # A stored message this release cannot read is said so; the rest of the page stays.
+    Transmission.update(payload='{"v": 99}').execute()
+    page = client.get(f"/console/activity/{record_id}").get_data(as_text=True)
+    assert "The message cannot be built: unknown message payload version 99" in page
+    assert "<h2>Timeline</h2>" in page
 
 
 def test_stored_raw_messages_are_read_as_stored():
