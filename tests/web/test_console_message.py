@@ -3,14 +3,18 @@ page holds, whose data it may show, and which forms it refuses."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 import templates_store
+from layang.clock import now_ms
+from layang.db import write_transaction
 from layang.domain import accounts, records
 from layang.domain.message_view import parse_message
 from layang.models import Transmission
+from layang.sending.events import append_events
 from tests.conftest import BACKENDS, b64, drain
 from tests.web.test_console import _login
 
@@ -357,3 +361,27 @@ def test_search_and_paging_in_the_database(client, auth, account, backend):
     middle = records.browse_activity(account, limit=2, newer_than=second.items[0].id)
     assert [r.id for r in middle.items] == [r.id for r in first.items[2:]]
     assert middle.newer_cursor == first.items[2].id
+
+
+def test_any_status_shows_in_the_timeline_with_its_detail(client, auth, api_key):
+    record_id = _record_id(client, auth, _send(client, auth))
+    with write_transaction():
+        append_events(
+            [
+                (
+                    record_id,
+                    "Complaint",
+                    now_ms(),
+                    json.dumps({"feedbackType": "abuse", "note": MARKUP}),
+                )
+            ]
+        )
+    client.post("/v1/layang/templates", headers=auth, json={"id": "x", "name": MARKUP})
+    _login(client, api_key)
+    page = client.get(f"/console/activity/{record_id}").get_data(as_text=True)
+    assert '<span class="badge badge-complaint">Complaint</span>' in page
+    assert "<dt>feedbackType</dt>" in page and ">abuse</dd>" in page
+    assert MARKUP not in page and "&lt;img src=x onerror=alert(1)&gt;</dd>" in page
+    for path in ("/console/templates", "/console/templates/x", "/console/templates/x/edit"):
+        page = client.get(path).get_data(as_text=True)
+        assert MARKUP not in page and "&lt;img src=x onerror=alert(1)&gt;" in page, path

@@ -72,8 +72,8 @@ def test_reading_a_message_in_the_viewers_time_zone(
     stamp = row.locator("time")
     utc = datetime.fromisoformat(stamp.get_attribute("datetime").replace("Z", "+00:00"))
     jakarta = (utc + timedelta(hours=7)).strftime("%Y-%m-%d %H:%M:%S")
-    assert stamp.inner_text() == f"{jakarta} GMT+7 (Asia/Jakarta)"
-    assert stamp.get_attribute("title").endswith(" UTC")
+    assert stamp.inner_text() == f"{jakarta} GMT+7"
+    assert stamp.get_attribute("title").endswith(" UTC · shown in Asia/Jakarta")
     screenshot(page, "console-activity-reasons")
 
     page.get_by_role("link", name="ana@rcpt.test").click()
@@ -88,9 +88,7 @@ def test_reading_a_message_in_the_viewers_time_zone(
     assert attachment.inner_text().split("\t")[:3] == [f"{MARKUP}.txt", "text/plain", "5 Bytes"]
     assert MARKUP in page.locator("dl.metadata").inner_text()
     event_time = page.locator("ol.timeline time").first
-    assert re.fullmatch(
-        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT\+7 \(Asia/Jakarta\)", event_time.inner_text()
-    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT\+7", event_time.inner_text())
     frame = page.frame_locator("iframe.message-html")
     assert frame.locator("h1").inner_text() == "Thanks, Ana"
     # Remote images stay blocked until asked for.
