@@ -11,7 +11,7 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import flask
@@ -121,15 +121,22 @@ def logout(account: Account) -> Any:
 
 
 def _day_bound(value: str, end: bool) -> int | None:
+    """A form's ``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM`` (UTC) as epoch ms: the first or the
+    last millisecond of that day or minute."""
     if not value:
         return None
-    try:
-        day = datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        flash(f"Not a date: {value}")
-        return None
-    moment = datetime.combine(day, time.max if end else time.min, UTC)
-    return int(moment.timestamp() * 1000)
+    for pattern, span in (
+        ("%Y-%m-%d", timedelta(days=1)),
+        ("%Y-%m-%dT%H:%M", timedelta(minutes=1)),
+    ):
+        try:
+            start = datetime.strptime(value, pattern).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        moment = start + span - timedelta(milliseconds=1) if end else start
+        return int(moment.timestamp() * 1000)
+    flash(f"Not a date and time: {value}", "error")
+    return None
 
 
 PAGE_SIZES = (25, 50, 100, 200)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -385,3 +386,24 @@ def test_any_status_shows_in_the_timeline_with_its_detail(client, auth, api_key)
     for path in ("/console/templates", "/console/templates/x", "/console/templates/x/edit"):
         page = client.get(path).get_data(as_text=True)
         assert MARKUP not in page and "&lt;img src=x onerror=alert(1)&gt;" in page, path
+
+
+def test_the_time_range_takes_days_or_minutes_in_utc(client, auth, api_key):
+    tid = _send(client, auth, subject="In range")
+    created = client.get(f"/v1/layang/transmissions/{tid}", headers=auth).get_json()["createdAt"]
+    now = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    _login(client, api_key)
+
+    def shown(**bounds):
+        page = client.get("/console/activity", query_string=bounds).get_data(as_text=True)
+        return "In range" in page
+
+    minute = "%Y-%m-%dT%H:%M"
+    assert shown(since=(now - timedelta(minutes=1)).strftime(minute))
+    assert not shown(since=(now + timedelta(minutes=2)).strftime(minute))
+    assert shown(until=now.strftime(minute))  # to the end of that minute
+    assert not shown(until=(now - timedelta(minutes=2)).strftime(minute))
+    assert shown(since=now.strftime("%Y-%m-%d"), until=now.strftime("%Y-%m-%d"))
+    assert not shown(until=(now - timedelta(days=1)).strftime("%Y-%m-%d"))
+    page = client.get("/console/activity?since=yesterday").get_data(as_text=True)
+    assert "Not a date and time: yesterday" in page and "In range" in page
