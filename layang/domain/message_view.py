@@ -3,16 +3,22 @@ attachments, as they were relayed."""
 
 from __future__ import annotations
 
+import base64
 import json
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
+from urllib.parse import unquote
 
 from layang.domain.errors import MessageUnavailable, NotFound
 from layang.models import Account, Recipient, Transmission
 from layang.sending.compose import compose_message
 from layang.sending.message import OutgoingMessage
+
+_CID_URL = re.compile(r"cid:([^\s\"'()<>]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +36,8 @@ class MessageView:
     """The message of one activity record. ``headers`` are (name, decoded value) in order;
     ``text``/``html`` the first such part (None when absent); ``rebuilt`` says the bytes were
     composed again from the stored message rather than read as stored (the same bytes the
-    worker builds, without per-recipient tracking and before DKIM signing)."""
+    worker builds, without per-recipient tracking and before DKIM signing). ``images`` maps the
+    Content-ID of each image part to a ``data:`` URL of it."""
 
     record_id: str
     headers: tuple[tuple[str, str], ...]
@@ -38,6 +45,18 @@ class MessageView:
     html: str | None
     attachments: tuple[AttachedFile, ...]
     rebuilt: bool
+    images: Mapping[str, str] = field(default_factory=dict)
+
+    def html_with_images(self) -> str | None:
+        """The HTML with each ``cid:`` reference to an image of the message replaced by a
+        ``data:`` URL of it, so it shows without fetching anything."""
+        if self.html is None or not self.images:
+            return self.html
+
+        def inline(match: re.Match[str]) -> str:
+            return self.images.get(unquote(match.group(1)), match.group(0))
+
+        return _CID_URL.sub(inline, self.html)
 
 
 def get_message_view(account: Account, record_id: str) -> MessageView:
@@ -77,6 +96,12 @@ def parse_message(record_id: str, raw: bytes, *, rebuilt: bool = False) -> Messa
     text_part = message.get_body(preferencelist=("plain",))
     html_part = message.get_body(preferencelist=("html",))
     bodies = {id(part) for part in (text_part, html_part) if part is not None}
+    images = {}
+    for part in message.walk():
+        content_id = (part.get("Content-ID") or "").strip("<> ")
+        if content_id and part.get_content_maintype() == "image" and id(part) not in bodies:
+            data = base64.b64encode(part.get_payload(decode=True) or b"").decode()
+            images[content_id] = f"data:{part.get_content_type()};base64,{data}"
     attachments = tuple(
         AttachedFile(
             filename=str(part.get_filename() or ""),
@@ -94,6 +119,7 @@ def parse_message(record_id: str, raw: bytes, *, rebuilt: bool = False) -> Messa
         html=_content(html_part),
         attachments=attachments,
         rebuilt=rebuilt,
+        images=images,
     )
 
 

@@ -268,7 +268,7 @@ def message_html(account: Account, record_id: str) -> Any:
     if message.html is None:
         flask.abort(404)
     images = "data: http: https:" if request.args.get("images") == "1" else "data:"
-    response = flask.Response(message.html, mimetype="text/html")
+    response = flask.Response(message.html_with_images(), mimetype="text/html")
     response.headers["Content-Security-Policy"] = MESSAGE_CSP.format(images=images)
     response.headers["Content-Disposition"] = "inline"
     response.headers["X-Frame-Options"] = "SAMEORIGIN"

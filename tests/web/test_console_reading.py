@@ -12,6 +12,10 @@ from tests.conftest import b64, drain
 from tests.web.test_console import sign_in
 
 MARKUP = "<img src=x onerror=alert(1)>"
+PIXEL = (  # a 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
+    "rkJggg=="
+)
 
 
 def _account(client):
@@ -49,11 +53,22 @@ def test_reading_a_message_in_the_viewers_time_zone(
         auth,
         subject=f"Your order {MARKUP}",
         to=[{"email": "ana@rcpt.test"}, {"email": "full@rcpt.test"}],
-        bodyHtml="<h1 style='color:#236'>Thanks, Ana</h1><img alt='remote' src='https://x.test/i.png'>",
+        bodyHtml=(
+            "<h1 style='color:#236'>Thanks, Ana</h1><img alt='logo' src='cid:logo'>"
+            "<img alt='remote' src='https://x.test/i.png'>"
+        ),
         bodyText="Thanks, Ana (text)",
         headers=[{"name": "X-Campaign", "value": MARKUP}],
         metadata={"ref": MARKUP},
-        attachments=[{"filename": f"{MARKUP}.txt", "value": b64(b"hello")}],
+        attachments=[
+            {"filename": f"{MARKUP}.txt", "value": b64(b"hello")},
+            {
+                "filename": "logo.png",
+                "value": PIXEL,
+                "contentId": "logo",
+                "disposition": "inline",
+            },
+        ],
     )
     drain(relay_to(upstream))
     context = browser.new_context(
@@ -84,15 +99,19 @@ def test_reading_a_message_in_the_viewers_time_zone(
     assert headers.locator("tr").filter(has_text="X-Campaign").locator("td").inner_text() == MARKUP
     assert "Shop <shop@acme.test>" in headers.inner_text()
     assert page.locator("pre.message-text").inner_text().strip() == "Thanks, Ana (text)"
-    attachment = page.locator("table.attachments tbody tr")
-    assert attachment.inner_text().split("\t")[:3] == [f"{MARKUP}.txt", "text/plain", "5 Bytes"]
+    attachments = page.locator("table.attachments tbody tr").all_inner_texts()
+    assert sorted(row.split("\t")[:3] for row in attachments) == [
+        [f"{MARKUP}.txt", "text/plain", "5 Bytes"],
+        ["logo.png cid:logo", "image/png", "70 Bytes"],
+    ]
     assert MARKUP in page.locator("dl.metadata").inner_text()
     event_time = page.locator("ol.timeline time").first
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT\+7", event_time.inner_text())
     frame = page.frame_locator("iframe.message-html")
     assert frame.locator("h1").inner_text() == "Thanks, Ana"
-    # Remote images stay blocked until asked for.
-    blocked = frame.locator("img").evaluate("img => img.complete && img.naturalWidth === 0")
+    # The message's own images show; remote ones stay blocked until asked for.
+    assert frame.locator("img[alt=logo]").evaluate("img => img.naturalWidth") == 1
+    blocked = frame.locator("img[alt=remote]").evaluate("i => i.complete && i.naturalWidth === 0")
     assert blocked
     assert "Remote images are blocked" in main.inner_text()
     screenshot(page, "console-message")
