@@ -23,6 +23,7 @@ from templates_store.render import (
     compile_template,
     extract_shortcodes,
     render_subject,
+    sample_data,
 )
 from templates_store.store import (
     ID_PATTERN,
@@ -74,6 +75,7 @@ __all__ = [
     "preview",
     "render_subject",
     "render_version",
+    "sample_data",
     "update_template",
     "version_from_etag",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -53,6 +53,7 @@ __all__ = [
     "compile_template",
     "extract_shortcodes",
     "inline_css",
+    "sample_data",
     "translate",
 ]
 
@@ -244,6 +245,24 @@ def extract_shortcodes(
     for part, source in _sources(subject, body_html, body_text):
         names |= shortcodes(_parse(part, source))
     return sorted(names)
+
+
+def sample_data(shortcodes: Iterable[str]) -> dict[str, Any]:
+    """A substitution-data skeleton for the names a template reads (see
+    :func:`extract_shortcodes`): dotted paths become nested objects, every leaf an empty string,
+    ready to be filled in for a preview. A name used both alone and with attributes
+    (``user`` and ``user.first``) becomes an object."""
+    skeleton: dict[str, Any] = {}
+    for name in sorted(shortcodes, key=lambda path: path.count(".")):
+        *parents, leaf = name.split(".")
+        node = skeleton
+        for parent in parents:
+            child = node.get(parent)
+            if not isinstance(child, dict):
+                child = node[parent] = {}
+            node = child
+        node.setdefault(leaf, "")
+    return skeleton
 
 
 def render_subject(

@@ -42,6 +42,13 @@ class TemplateNotFound(NotFound):
         self.template_id = template_id
 
 
+class MessageUnavailable(NotFound):
+    """The activity record exists but its message cannot be shown: not stored, or not
+    buildable again (the worker bounced it for that reason)."""
+
+    code = "message_unavailable"
+
+
 class Conflict(LayangError):
     code = "conflict"
 

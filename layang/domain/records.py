@@ -11,8 +11,18 @@ from typing import Any
 import peewee
 from peewee import fn
 
+from layang.db import is_postgresql
 from layang.domain.errors import NotFound
-from layang.models import DELIVERY_STATES, INJECTION, Account, Event, Recipient, Transmission
+from layang.models import (
+    BOUNCE,
+    DELAY,
+    DELIVERY_STATES,
+    INJECTION,
+    Account,
+    Event,
+    Recipient,
+    Transmission,
+)
 from layang.pagination import Page, keyset_page
 from layang.sending.message import Mailbox
 
@@ -49,6 +59,14 @@ class ActivityRecord:
     events: tuple[ActivityEvent, ...]
     events_omitted: int = 0
 
+    @property
+    def failure(self) -> ActivityEvent | None:
+        """The event behind a Delay or Bounce status (its detail holds the upstream ``reply``
+        and the ``bounceClass``), or None when the email is not failing."""
+        if self.status not in FAILURE_STATES:
+            return None
+        return next((e for e in reversed(self.events) if e.status == self.status), None)
+
 
 @dataclass(frozen=True, slots=True)
 class TransmissionView:
@@ -60,6 +78,31 @@ class TransmissionView:
     sender: Mailbox
     subject: str
     recipients: tuple[ActivityRecord, ...]
+
+
+FAILURE_STATES = (DELAY, BOUNCE)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivitySearch:
+    """The console's looser filters, on top of ``list_activity``'s exact ones: substrings of
+    the recipient address and of the subject (case-insensitive for ASCII), and one metadata
+    ``key`` whose value, as text, equals ``value`` (a string as is, a number or boolean as its
+    JSON text: ``42``, ``true``)."""
+
+    recipient_contains: str = ""
+    subject_contains: str = ""
+    metadata: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityWindow:
+    """A page of records seen from either side: ``older_cursor`` continues past its oldest
+    item, ``newer_cursor`` (for ``newer_than``) before its newest; None at either end."""
+
+    items: tuple[ActivityRecord, ...]
+    older_cursor: str | None
+    newer_cursor: str | None
 
 
 def _sender(transmission: Transmission) -> Mailbox:
@@ -150,22 +193,15 @@ def _record(
     )
 
 
-def list_activity(
+def _activity_query(
     account: Account,
-    *,
-    status: str | None = None,
-    recipient: str | None = None,
-    transmission_id: str | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> Page[ActivityRecord]:
-    """One page of the account's records, newest first.
-
-    ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
-    with such an event); ``since``/``until`` bound the creation time (epoch ms, inclusive).
-    """
+    status: str | None,
+    recipient: str | None,
+    transmission_id: str | None,
+    since: int | None,
+    until: int | None,
+    search: ActivitySearch | None = None,
+) -> peewee.Select:
     query = (
         Recipient.select(Recipient, Transmission)
         .join(Transmission)
@@ -186,9 +222,97 @@ def list_activity(
         query = query.where(Recipient.created_at >= since)
     if until is not None:
         query = query.where(Recipient.created_at <= until)
+    if search is not None:
+        if search.recipient_contains:
+            query = query.where(Recipient.address.contains(search.recipient_contains))
+        if search.subject_contains:
+            query = query.where(Transmission.subject.contains(search.subject_contains))
+        if search.metadata is not None:
+            query = query.where(_metadata_equals(*search.metadata))
+    return query
+
+
+def _metadata_equals(key: str, value: str) -> peewee.Node:
+    """The stored metadata (a JSON object in a text column) has ``key`` with ``value`` as text.
+    Evaluated by the database: ``->>`` on PostgreSQL, ``json_each`` on SQLite (which spells
+    booleans 1 and 0, so they are turned back into JSON's words)."""
+    param = Transmission._meta.database.param
+    if is_postgresql():
+        return peewee.NodeList(
+            (
+                peewee.SQL("(CAST("),
+                Transmission.metadata,
+                peewee.SQL(f"AS jsonb) ->> {param}) = {param}", [key, value]),
+            )
+        )
+    return peewee.NodeList(
+        (
+            peewee.SQL("EXISTS (SELECT 1 FROM json_each("),
+            Transmission.metadata,
+            peewee.SQL(
+                f") AS kv WHERE kv.key = {param} AND CASE kv.type WHEN 'true' THEN 'true' "
+                "WHEN 'false' THEN 'false' ELSE CAST(kv.value AS TEXT) END = "
+                f"{param})",
+                [key, value],
+            ),
+        )
+    )
+
+
+def list_activity(
+    account: Account,
+    *,
+    status: str | None = None,
+    recipient: str | None = None,
+    transmission_id: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[ActivityRecord]:
+    """One page of the account's records, newest first.
+
+    ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
+    with such an event); ``recipient`` is an exact address (any case); ``since``/``until``
+    bound the creation time (epoch ms, inclusive).
+    """
+    query = _activity_query(account, status, recipient, transmission_id, since, until)
     page = keyset_page(query, Recipient.id, limit=limit, cursor=cursor)
     events = _events_by_recipient(r.id for r in page.items)
     return page.map(lambda r: _record(r, r.transmission, events[r.id]))
+
+
+def browse_activity(
+    account: Account,
+    *,
+    status: str | None = None,
+    transmission_id: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    search: ActivitySearch | None = None,
+    limit: int = 50,
+    older_than: str | None = None,
+    newer_than: str | None = None,
+) -> ActivityWindow:
+    """One page of the account's records, newest first, for reading back and forth: the
+    records just older than the record id ``older_than``, or just newer than ``newer_than``
+    (the first page without either). Filters as ``list_activity`` plus ``search``. Raises
+    ``ValueError`` when ``limit`` is below 1."""
+    query = _activity_query(account, status, None, transmission_id, since, until, search)
+    if newer_than:
+        page = keyset_page(query, Recipient.id, limit=limit, cursor=newer_than, descending=False)
+        rows = page.items[::-1]
+        # The record named by the cursor is older than this page, so an older page exists.
+        older = rows[-1].id if rows else None
+        newer = rows[0].id if rows and page.next_cursor else None
+    else:
+        page = keyset_page(query, Recipient.id, limit=limit, cursor=older_than)
+        rows = page.items
+        older = page.next_cursor
+        newer = rows[0].id if rows and older_than else None
+    events = _events_by_recipient(r.id for r in rows)
+    items = tuple(_record(r, r.transmission, events[r.id]) for r in rows)
+    return ActivityWindow(items, older, newer)
 
 
 def get_transmission_view(account: Account, transmission_id: str) -> TransmissionView:

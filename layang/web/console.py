@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hmac
 import json
 import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import flask
@@ -18,9 +19,9 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 
 import templates_store
 from layang.clock import iso_ms
-from layang.domain import records, sandbox, sending_domains
+from layang.domain import message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
-from layang.domain.errors import Forbidden, LayangError, NotFound
+from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
 from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
 from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
 from layang.web.csrf import FormExpired
@@ -120,51 +121,114 @@ def logout(account: Account) -> Any:
 
 
 def _day_bound(value: str, end: bool) -> int | None:
+    """A form's ``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM`` (UTC) as epoch ms: the first or the
+    last millisecond of that day or minute."""
     if not value:
         return None
-    try:
-        day = datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        flash(f"Not a date: {value}")
+    for pattern, span in (
+        ("%Y-%m-%d", timedelta(days=1)),
+        ("%Y-%m-%dT%H:%M", timedelta(minutes=1)),
+    ):
+        try:
+            start = datetime.strptime(value, pattern).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        moment = start + span - timedelta(milliseconds=1) if end else start
+        return int(moment.timestamp() * 1000)
+    flash(f"Not a date and time: {value}", "error")
+    return None
+
+
+PAGE_SIZES = (25, 50, 100, 200)
+
+# How the timeline names the detail keys it knows; any other key shows under its own name, so
+# a new kind of event needs no change here.
+DETAIL_LABELS = {
+    "reply": "Reply",
+    "bounceClass": "Bounce class",
+    "attempt": "Attempt",
+    "retryAt": "Next try",
+    "reason": "Reason",
+    "url": "URL",
+    "userAgent": "User agent",
+    "source": "Received via",
+}
+
+
+def _metadata_filter(value: str) -> tuple[str, str] | None:
+    key, equals, wanted = value.partition("=")
+    if not value:
         return None
-    moment = datetime.combine(day, time.max if end else time.min, UTC)
-    return int(moment.timestamp() * 1000)
+    if not equals or not key.strip():
+        flash(f"Metadata filter {value!r}: write it as key=value.", "error")
+        return None
+    return key.strip(), wanted.strip()
+
+
+def _page_size(value: str) -> int:
+    return int(value) if value.isdigit() and int(value) in PAGE_SIZES else 50
 
 
 @signed_in
 def activity_page(account: Account) -> Any:
-    status = request.args.get("status", "")
-    status = status if status in EVENT_KINDS else ""
+    args = request.args
+    status = args.get("status", "")
     filters = {
-        "status": status,
-        "recipient": request.args.get("recipient", "").strip(),
-        "transmission": request.args.get("transmission", "").strip(),
-        "since": request.args.get("since", ""),
-        "until": request.args.get("until", ""),
+        "status": status if status in EVENT_KINDS else "",
+        "recipient": args.get("recipient", "").strip(),
+        "subject": args.get("subject", "").strip(),
+        "metadata": args.get("metadata", "").strip(),
+        "transmission": args.get("transmission", "").strip(),
+        "since": args.get("since", ""),
+        "until": args.get("until", ""),
     }
-    page = records.list_activity(
+    size = _page_size(args.get("size", ""))
+    window = records.browse_activity(
         account,
-        status=status or None,
-        recipient=filters["recipient"] or None,
+        status=filters["status"] or None,
         transmission_id=filters["transmission"] or None,
         since=_day_bound(filters["since"], end=False),
         until=_day_bound(filters["until"], end=True),
-        limit=50,
-        cursor=request.args.get("cursor") or None,
+        search=records.ActivitySearch(
+            recipient_contains=filters["recipient"],
+            subject_contains=filters["subject"],
+            metadata=_metadata_filter(filters["metadata"]),
+        ),
+        limit=size,
+        older_than=args.get("older") or None,
+        newer_than=args.get("newer") or None,
     )
-    next_url = None
-    if page.next_cursor:
-        next_url = url_for(
+    start = int(args["start"]) if args.get("start", "").isdigit() else 1
+    if window.newer_cursor is None:
+        start = 1  # nothing newer: this is the top of the list, whatever the link said
+    kept = {k: v for k, v in filters.items() if v}
+    if size != 50:
+        kept["size"] = str(size)
+    older_url = newer_url = None
+    if window.older_cursor:
+        older_url = url_for(
             "web.console_activity",
-            **{k: v for k, v in filters.items() if v},
-            cursor=page.next_cursor,
+            **kept,
+            older=window.older_cursor,
+            start=start + len(window.items),
+        )
+    if window.newer_cursor:
+        newer_url = url_for(
+            "web.console_activity",
+            **kept,
+            newer=window.newer_cursor,
+            start=max(1, start - size),
         )
     return render_template(
         "console/activity.html",
-        items=page.items,
+        items=window.items,
         filters=filters,
         statuses=EVENT_KINDS,
-        next_url=next_url,
+        size=size,
+        sizes=PAGE_SIZES,
+        first=start,
+        older_url=older_url,
+        newer_url=newer_url,
     )
 
 
@@ -174,7 +238,41 @@ def record_page(account: Account, record_id: str) -> Any:
         record = records.get_record(account, record_id)
     except NotFound:
         return render_template("console/not_found.html"), 404
-    return render_template("console/record.html", record=record)
+    message = problem = None
+    try:
+        message = message_view.get_message_view(account, record_id)
+    except MessageUnavailable as error:
+        problem = error.message
+    images = request.args.get("images") == "1"
+    return render_template(
+        "console/record.html", record=record, message=message, problem=problem, images=images
+    )
+
+
+# The message's HTML is someone else's markup: it runs no script, submits no form, opens
+# nothing, loads nothing remote unless asked (remote images tell the sender it was read), and
+# only the console may frame it.
+MESSAGE_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src {images}; font-src data:; "
+    "form-action 'none'; base-uri 'none'; frame-ancestors 'self'; sandbox"
+)
+
+
+@signed_in
+def message_html(account: Account, record_id: str) -> Any:
+    """The HTML part of a record's message alone, for the sandboxed frame of its page."""
+    try:
+        message = message_view.get_message_view(account, record_id)
+    except NotFound:  # MessageUnavailable too
+        flask.abort(404)
+    if message.html is None:
+        flask.abort(404)
+    images = "data: http: https:" if request.args.get("images") == "1" else "data:"
+    response = flask.Response(message.html_with_images(), mimetype="text/html")
+    response.headers["Content-Security-Policy"] = MESSAGE_CSP.format(images=images)
+    response.headers["Content-Disposition"] = "inline"
+    response.headers["X-Frame-Options"] = "SAMEORIGIN"
+    return response
 
 
 @signed_in
@@ -240,7 +338,12 @@ def template_page(account: Account, template_id: str) -> Any:
         record = templates_store.get_template(account.id, template_id)
     except templates_store.TemplateNotFound:
         return render_template("console/not_found.html"), 404
-    raw = request.form.get("data", "") if request.method == "POST" else ""
+    if request.method == "POST":
+        raw = request.form.get("data", "")
+    elif record.shortcodes:
+        raw = json.dumps(templates_store.sample_data(record.shortcodes), indent=2)
+    else:
+        raw = ""
     rendered = error = preview_url = None
     if request.method == "POST":
         data, error = _sample_data(raw)
@@ -263,6 +366,135 @@ def template_page(account: Account, template_id: str) -> Any:
         error=error,
         preview_url=preview_url,
     )
+
+
+# Form field names are the API's, so a validation error names the same field in both.
+TEMPLATE_PARTS = (("subject", "subject"), ("bodyHtml", "body_html"), ("bodyText", "body_text"))
+
+
+def _template_form() -> tuple[dict[str, str], dict[str, str]]:
+    """The posted template fields, and the errors found before the store sees them."""
+    values = {
+        name: request.form.get(name, "").replace("\r\n", "\n")
+        for name in ("id", "name", "subject", "bodyHtml", "bodyText")
+    }
+    values["id"] = values["id"].strip()
+    limit = templates_store.RenderLimits().max_part_chars
+    errors = {
+        name: f"At most {limit} characters."
+        for name, _ in TEMPLATE_PARTS
+        if len(values[name]) > limit
+    }
+    return values, errors
+
+
+def _template_errors(error: templates_store.TemplateStoreError) -> dict[str, str]:
+    """The store's refusal, by the form field it is about."""
+    if isinstance(error, templates_store.TemplateSyntaxError):
+        return {error.part: str(error)}
+    if isinstance(error, templates_store.InvalidTemplate):
+        return {error.field: error.message}
+    if isinstance(error, templates_store.TemplateConflict):
+        return {"id": "A template with this id exists already."}
+    return {"form": str(error)}
+
+
+def _parts(values: dict[str, str]) -> dict[str, str | None]:
+    # An empty part is an absent part, as in the API.
+    return {field: values[name] or None for name, field in TEMPLATE_PARTS}
+
+
+@signed_in
+def template_create(account: Account) -> Any:
+    values = dict.fromkeys(("id", "name", "subject", "bodyHtml", "bodyText"), "")
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        values, errors = _template_form()
+        if not errors:
+            try:
+                record = templates_store.create_template(
+                    account.id,
+                    template_id=values["id"] or None,
+                    name=values["name"],
+                    **_parts(values),
+                )
+            except templates_store.TemplateStoreError as error:
+                errors = _template_errors(error)
+            else:
+                flash(f"Template {record.id} was created (version 1).")
+                return redirect(url_for("web.console_template", template_id=record.id))
+    page = render_template(
+        "console/template_form.html", values=values, errors=errors, template=None
+    )
+    return page, 400 if errors else 200
+
+
+@signed_in
+def template_edit(account: Account, template_id: str) -> Any:
+    try:
+        record = templates_store.get_template(account.id, template_id)
+    except templates_store.TemplateNotFound:
+        return render_template("console/not_found.html"), 404
+    values = {
+        "id": record.id,
+        "name": record.name,
+        "subject": record.subject or "",
+        "bodyHtml": record.body_html or "",
+        "bodyText": record.body_text or "",
+    }
+    errors: dict[str, str] = {}
+    version, current = record.version, None
+    if request.method == "POST":
+        values, errors = _template_form()
+        values["id"] = record.id
+        form_version = request.form.get("version", "")
+        version = int(form_version) if form_version.isdigit() else 0
+        if not errors:
+            try:
+                saved = templates_store.update_template(
+                    account.id,
+                    template_id,
+                    name=values["name"],
+                    if_match_version=version,
+                    **_parts(values),
+                )
+            except templates_store.PreconditionFailed:
+                # Someone saved meanwhile: keep this editor's text, show theirs, and let a
+                # second press save over it knowingly.
+                current = templates_store.get_template(account.id, template_id)
+                version = current.version
+                errors = {"form": "conflict"}
+            except templates_store.TemplateNotFound:
+                flash(f"Template {template_id} was deleted meanwhile; nothing was saved.", "error")
+                return redirect(url_for("web.console_templates"))
+            except templates_store.TemplateStoreError as error:
+                errors = _template_errors(error)
+            else:
+                flash(f"Template {template_id} was saved as version {saved.version}.")
+                return redirect(url_for("web.console_template", template_id=template_id))
+    page = render_template(
+        "console/template_form.html",
+        values=values,
+        errors=errors,
+        template=record,
+        version=version,
+        current=current,
+    )
+    return page, (409 if current else 400) if errors else 200
+
+
+@signed_in
+def template_delete(account: Account, template_id: str) -> Any:
+    try:
+        record = templates_store.get_template(account.id, template_id)
+    except templates_store.TemplateNotFound:
+        return render_template("console/not_found.html"), 404
+    if request.method == "POST":
+        with contextlib.suppress(templates_store.TemplateNotFound):  # gone meanwhile: fine
+            templates_store.delete_template(account.id, template_id)
+        flash(f"Template {template_id} was deleted.")
+        return redirect(url_for("web.console_templates"))
+    return render_template("console/template_delete.html", template=record)
 
 
 @signed_in
@@ -334,6 +566,12 @@ def register(blueprint: flask.Blueprint) -> None:
         ("/console/logout", "console_logout", logout, ["POST"]),
         ("/console/activity", "console_activity", activity_page, ["GET"]),
         ("/console/activity/<record_id>", "console_record", record_page, ["GET"]),
+        (
+            "/console/activity/<record_id>/message.html",
+            "console_message_html",
+            message_html,
+            ["GET"],
+        ),
         ("/console/recipients", "console_recipients", recipients_page, ["GET", "POST"]),
         (
             "/console/recipients/<recipient_id>/resend",
@@ -364,6 +602,19 @@ def register(blueprint: flask.Blueprint) -> None:
             ["POST"],
         ),
         ("/console/templates", "console_templates", templates_page, ["GET"]),
+        ("/console/new-template", "console_template_create", template_create, ["GET", "POST"]),
+        (
+            "/console/templates/<template_id>/edit",
+            "console_template_edit",
+            template_edit,
+            ["GET", "POST"],
+        ),
+        (
+            "/console/templates/<template_id>/delete",
+            "console_template_delete",
+            template_delete,
+            ["GET", "POST"],
+        ),
         ("/console/templates/<template_id>", "console_template", template_page, ["GET", "POST"]),
         (
             "/console/templates/<template_id>/preview.html",
@@ -375,5 +626,6 @@ def register(blueprint: flask.Blueprint) -> None:
     for rule, endpoint, view, methods in rules:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
+    blueprint.add_app_template_global(DETAIL_LABELS, "detail_labels")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")

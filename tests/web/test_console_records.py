@@ -52,9 +52,11 @@ def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream,
         assert '<dt>items</dt><dd>[{"sku": "\\u003cb\\u003e"}]</dd>' in page
         for event in record["events"]:
             at = event["timestamp"]
-            assert f'<time datetime="{at}">{at[:23].replace("T", " ")} UTC</time>' in page
+            text = at[:23].replace("T", " ")
+            shown = f'<time datetime="{at}" data-precision="ms">{text} UTC</time>'
+            assert shown in page
     delayed = next(r for r in records if r["recipient"] == "later@rcpt.test")
     assert delayed["status"] == "Delay"
     page = client.get(f"/console/activity/{delayed['id']}").get_data(as_text=True)
     assert "<code>450 4.2.0 try later</code>" in page
-    assert "next try" in page
+    assert "Next try" in page
