@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -451,7 +452,16 @@ def insert_rows(
     database.execute_sql(sql, [value for row in rows for value in row])
 
 
-InsertBatch = tuple[type[peewee.Model], tuple[str, ...], Sequence[Sequence[object]]]
+@dataclass(frozen=True, slots=True)
+class InsertSelect:
+    """An ``INSERT … SELECT`` (``?`` placeholders) to run among ``insert_atomically``'s batches:
+    rows derived from those inserted before it, in the same transaction."""
+
+    sql: str
+    params: Sequence[object]
+
+
+InsertBatch = tuple[type[peewee.Model], tuple[str, ...], Sequence[Sequence[object]]] | InsertSelect
 
 
 def insert_atomically(batches: Sequence[InsertBatch]) -> None:
@@ -463,12 +473,17 @@ def insert_atomically(batches: Sequence[InsertBatch]) -> None:
     they join the group commit of concurrent callers in this process (see ``GroupCommit``).
     Inside a transaction already open, they run one by one in a nested write transaction.
     """
-    batches = [batch for batch in batches if batch[2]]
+    batches = [batch for batch in batches if isinstance(batch, InsertSelect) or batch[2]]
     db = database.obj
     if not db.in_transaction():
         if isinstance(db, peewee.PostgresqlDatabase):
             statements, params = [], []
-            for model, fields, rows in batches:
+            for batch in batches:
+                if isinstance(batch, InsertSelect):
+                    statements.append(batch.sql.replace("?", db.param))
+                    params.extend(batch.params)
+                    continue
+                model, fields, rows = batch
                 statements.append(_insert_sql(model, fields, len(rows), db.param))
                 params.extend(value for row in rows for value in row)
             database.execute_sql("; ".join(statements), params)
@@ -481,8 +496,11 @@ def insert_atomically(batches: Sequence[InsertBatch]) -> None:
 
 
 def _insert_batches(batches: Sequence[InsertBatch]) -> None:
-    for model, fields, rows in batches:
-        insert_rows(model, fields, rows)
+    for batch in batches:
+        if isinstance(batch, InsertSelect):
+            database.execute_sql(batch.sql.replace("?", database.obj.param), batch.params)
+        else:
+            insert_rows(*batch)
 
 
 class _Pending:

@@ -105,7 +105,14 @@ def authenticate_request() -> None:
 
 
 def init_api(app: flask.Flask) -> None:
-    from layang.api import activity, authorized_recipients, domains, templates, transmissions
+    from layang.api import (
+        activity,
+        authorized_recipients,
+        domains,
+        templates,
+        transmissions,
+        webhooks,
+    )
 
     app.config.update(
         API_TITLE="Layang",
@@ -125,7 +132,7 @@ def init_api(app: flask.Flask) -> None:
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer", "description": "An API key, lyg_…"}
     )
-    for module in (transmissions, templates, activity, authorized_recipients, domains):
+    for module in (transmissions, templates, activity, authorized_recipients, domains, webhooks):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
     app.before_request(access.require_scope)

@@ -3,15 +3,17 @@
 Every step of an email's life that Activity shows (a delivery attempt's outcome, an open, a
 click, a bounce report…) is stored through ``append_events``, inside the write transaction that
 changes the recipient's record, so that whatever follows from an event is written with it or
-not at all.
+not at all: here, one webhook outbox row per enabled endpoint of the recipient's account that
+subscribes to the event's type.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
-from layang.db import InsertBatch, insert_rows
-from layang.models import Event
+from layang.db import InsertBatch, InsertSelect, database, insert_rows, is_postgresql, new_id
+from layang.models import INJECTION, Event
 
 EVENT_FIELDS = ("recipient", "status", "created_at", "detail")
 
@@ -22,10 +24,77 @@ EventRow = tuple[str, str, int, str]
 def event_batches(rows: Sequence[EventRow]) -> list[InsertBatch]:
     """The inserts that store ``rows`` and what follows from them, for ``insert_atomically``
     (the intake path, which commits its rows in one go)."""
-    return [(Event, EVENT_FIELDS, rows)] if rows else []
+    if not rows:
+        return []
+    return [(Event, EVENT_FIELDS, rows), _webhook_rows(rows)]
+
+
+def injection_batches(account_id: int, recipient_ids: Sequence[str], at: int) -> list[InsertBatch]:
+    """What follows from the Injection of ``recipient_ids`` (rows inserted before these
+    batches): an Injection has no Event row (the recipient's record stands for it), but it
+    reaches webhooks like any other event."""
+    if not recipient_ids:
+        return []
+    rows = [(new_id(), rid, INJECTION, at, "{}") for rid in recipient_ids]
+    sql = _injection_sql(len(rows), is_postgresql())
+    return [InsertSelect(sql, [value for row in rows for value in row] + [account_id])]
 
 
 def append_events(rows: Sequence[EventRow]) -> None:
     """Store ``rows`` as activity events. Call it inside an open write transaction."""
-    for model, fields, batch in event_batches(rows):
-        insert_rows(model, fields, batch)
+    for batch in event_batches(rows):
+        if isinstance(batch, InsertSelect):
+            database.execute_sql(batch.sql.replace("?", database.obj.param), batch.params)
+        else:
+            insert_rows(*batch)
+
+
+def _webhook_rows(rows: Sequence[EventRow]) -> InsertSelect:
+    params = [value for row in rows for value in (new_id(), *row)]
+    return InsertSelect(_event_sql(len(rows), is_postgresql()), params)
+
+
+def _subscribed(postgresql: bool) -> str:
+    """An endpoint subscribes to a type when its ``events`` is "*" or holds ",<type>,"."""
+    # psycopg2 reads % as its placeholder sign: a literal one is doubled there.
+    percent = "%%" if postgresql else "%"
+    return (
+        'w."disabled_at" IS NULL '
+        f"""AND (w."events" = '*' OR w."events" LIKE '{percent},' || v."status" || ',{percent}')"""
+    )
+
+
+_OUTBOX_COLUMNS = (
+    'INSERT INTO "webhook_event" '
+    '("event_id", "recipient_id", "status", "created_at", "detail", "endpoint_id") '
+    'SELECT v."event_id", v."recipient_id", v."status", v."created_at", v."detail", w."id" '
+)
+
+
+def _values(rows: int, postgresql: bool) -> str:
+    row = "(?, ?, ?, ?::bigint, ?)" if postgresql else "(?, ?, ?, ?, ?)"
+    return (
+        'WITH v("event_id", "recipient_id", "status", "created_at", "detail") AS '
+        f"(VALUES {', '.join([row] * rows)}) "
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _event_sql(rows: int, postgresql: bool) -> str:
+    return (
+        _values(rows, postgresql)
+        + _OUTBOX_COLUMNS
+        + 'FROM v JOIN "recipient" r ON r."id" = v."recipient_id" '
+        'JOIN "webhook_endpoint" w ON w."account_id" = r."account_id" '
+        f"WHERE {_subscribed(postgresql)}"
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _injection_sql(rows: int, postgresql: bool) -> str:
+    return (
+        _values(rows, postgresql)
+        + _OUTBOX_COLUMNS
+        + 'FROM "webhook_endpoint" w, v '
+        + f'WHERE w."account_id" = ? AND {_subscribed(postgresql)}'
+    )

@@ -34,7 +34,7 @@ from layang.models import (
     Transmission,
 )
 from layang.sending.bounce_class import classify
-from layang.sending.events import append_events
+from layang.sending.events import append_events, injection_batches
 from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 
@@ -87,7 +87,8 @@ class Submission:
 
 def enqueue(account: Account, submission: Submission, also: Sequence[InsertBatch] = ()) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction,
-    with the rows of ``also`` (an idempotency key's answer): all or nothing."""
+    with its Injection events for webhooks and the rows of ``also`` (an idempotency key's
+    answer): all or nothing."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
     message = submission.message
@@ -124,6 +125,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[InsertBatch
         [
             (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
             (Recipient, RECIPIENT_FIELDS, recipient_rows),
+            *injection_batches(account.id, recipient_ids, created),
             *also,
         ]
     )
