@@ -83,8 +83,8 @@ def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
         (address.is_link_local, "a link-local address"),
         (address.is_multicast, "a multicast address"),
         (address in _CGNAT, "a shared (CGNAT) address"),
-        (address.is_private, "a private address"),
         (address.is_reserved, "a reserved address"),
+        (address.is_private, "a private address"),
         (not address.is_global, "not a public address"),
     ):
         if refused:
