@@ -147,13 +147,9 @@ def test_urls_that_are_not_https_or_name_a_refused_address_are_400(client, auth,
 def test_validation_names_the_field(client, auth):
     unknown = create(client, auth, events=["Delivery", "Teleport"])
     assert unknown.status_code == 400
-    assert unknown.json["errors"] == {
-        "events": {
-            "1": [
-                "Must be one of: *, Injection, Delivery, Delay, Bounce, Suppressed, Open, Click, Complaint, Unsubscribe."
-            ]
-        }
-    }  # noqa: E501
+    (problem,) = unknown.json["errors"]["events"]["1"]
+    assert problem.startswith("Must be one of: *, Injection, Delivery")
+    assert unknown.json["message"].startswith("events.1: ")
     empty = client.post("/v1/layang/webhooks", headers=auth, json={"url": URL})
     assert empty.status_code == 400 and "events" in empty.json["errors"]
     extra = create(client, auth, colour="blue")
