@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from layang.config import Config
-
 from tests.sending.test_crash import process_env, send_many, start, stop, wait_until
 from tests.webhook_receiver import Receiver
 
