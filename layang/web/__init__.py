@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from layang.web import consent_page, console, error_pages, tracked_links
+from layang.web import consent_page, console, console_webhooks, error_pages, tracked_links
 
 web = flask.Blueprint(
     "web",
@@ -16,6 +16,7 @@ web = flask.Blueprint(
 consent_page.register(web)
 tracked_links.register(web)
 console.register(web)
+console_webhooks.register(web)
 error_pages.register(web)
 
 
