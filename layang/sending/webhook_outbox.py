@@ -35,7 +35,7 @@ from layang.models import (
 
 EVENTS_PER_DELIVERY = 100
 # Events put into deliveries by one dispatcher in one go.
-FORM_LIMIT = 1000
+FORM_LIMIT = 300
 # An endpoint whose attempts have failed for this long, with no success since, is disabled.
 DISABLE_AFTER_MS = 5 * 24 * 3600 * 1000
 # Retry delays are spread by this much either way, so that deliveries failed together do not
