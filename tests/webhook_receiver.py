@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -36,7 +37,11 @@ class Receiver:
     500, a 500, then no answer for ``hang_seconds``. ``stop()`` closes the port (connections
     are refused) and ``start()`` opens the same port again."""
 
-    def __init__(self, hang_seconds: float = 3.0) -> None:
+    def __init__(
+        self, hang_seconds: float = 3.0, tls: ssl.SSLContext | None = None, host: str = ""
+    ) -> None:
+        self.tls = tls
+        self.host = host or "127.0.0.1"
         self.requests: list[Request] = []
         self.script_queue: deque[int | str] = deque()
         self.hang_seconds = hang_seconds
@@ -47,7 +52,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}/hooks"
 
     def start(self) -> None:
         receiver = self
@@ -74,6 +79,8 @@ class Receiver:
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self.server = server
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -63,11 +64,15 @@ class Dispatcher:
         *,
         timeout: float = TIMEOUT_SECONDS,
         concurrency: int = CONCURRENCY,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
+        """``timeout`` bounds each request's connect, write and each read; ``verify`` is how
+        endpoints' certificates are checked (httpx's default: the certifi CA bundle)."""
         self.config = config
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}:wh"
         self.timeout = timeout
         self.concurrency = concurrency
+        self.verify = verify
         self.lease = config.lease_seconds
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="webhook-post")
         self.local = threading.local()
@@ -156,7 +161,7 @@ class Dispatcher:
         """One POST of ``delivery`` (in a pool thread; touches no database)."""
         client = getattr(self.local, "client", None)
         if client is None:
-            client = self.local.client = httpx.Client(timeout=self.timeout)
+            client = self.local.client = httpx.Client(timeout=self.timeout, verify=self.verify)
         body = delivery.body.encode()
         headers = signed_headers(signing, f"msg_{delivery.id}", int(time.time()), body)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,6 +20,7 @@ from layang.models import Account, WebhookEndpoint, WebhookEvent
 from layang.sending import webhook_dispatcher
 from layang.sending.webhook_dispatcher import Dispatcher
 from tests.conftest import drain
+from tests.upstream import make_self_signed_cert, server_tls_context
 from tests.webhook_receiver import Receiver
 
 
@@ -302,3 +304,39 @@ def test_an_injection_writes_one_outbox_row_per_subscribed_endpoint(client, auth
     send(client, auth, "ana@rcpt.test", "ben@rcpt.test")
     rows = WebhookEvent.select().order_by(WebhookEvent.id)
     assert [(row.endpoint_id, row.status) for row in rows] == [(every["id"], "Injection")] * 2
+
+
+@pytest.mark.parametrize(
+    ("certified", "arrives"), [("hooks.example.test", True), ("other.test", False)]
+)
+def test_https_connects_to_the_checked_address_and_verifies_the_host_name(
+    client, auth, tmp_path, monkeypatch, dispatchers, certified, arrives
+):
+    real = socket.getaddrinfo
+    asked = []
+
+    def resolver(host, *args, **kwargs):
+        asked.append(host)
+        return real("127.0.0.1" if host == "hooks.example.test" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    # The certificate also names 127.0.0.1: only a check against the host name can refuse it.
+    certfile, keyfile = make_self_signed_cert(tmp_path, certified)
+    secure = Receiver(tls=server_tls_context(certfile, keyfile), host="hooks.example.test")
+    try:
+        hook = endpoint(client, auth, secure.url)
+        client.post(f"/v1/layang/webhooks/{hook['id']}/test", headers=auth)
+        dispatcher = dispatchers(verify=ssl.create_default_context(cafile=str(certfile)))
+        dispatch_until(dispatcher, lambda: domain_attempts(hook["id"]))
+        (attempt,) = domain_attempts(hook["id"])
+        if arrives:
+            assert attempt.status == "delivered"
+            (request,) = secure.delivered()
+            assert request.headers["host"] == f"hooks.example.test:{secure.port}"
+            verified(request, hook["secret"])
+        else:
+            assert attempt.status == "pending" and "CERTIFICATE_VERIFY_FAILED" in attempt.error
+            assert secure.requests == []
+        assert asked.count("hooks.example.test") == 1  # resolved once, by the check
+    finally:
+        secure.stop()
