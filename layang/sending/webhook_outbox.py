@@ -55,10 +55,9 @@ def _sql(text: str) -> str:
 
 
 def has_waiting_events() -> bool:
-    """Whether any event waits to be put into a delivery (one index probe)."""
-    cursor = database.execute_sql(
-        'SELECT 1 FROM "webhook_event" WHERE "delivery_id" IS NULL LIMIT 1'
-    )
+    """Whether any event can be put into a delivery now (a read, so that an idle dispatcher,
+    or one whose events all wait behind a retry, never takes the write lock)."""
+    cursor = database.execute_sql(_sql(_WAITING_SQL), (1,))
     return cursor.fetchone() is not None
 
 
