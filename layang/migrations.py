@@ -257,7 +257,7 @@ def _webhooks(t: Dialect) -> list[str]:
         'CREATE INDEX "webhook_endpoint_account_id" ON "webhook_endpoint" ("account_id")',
         f"""CREATE TABLE "webhook_event" (
             "id" {t.autoincrement} NOT NULL PRIMARY KEY,
-            "event_id" VARCHAR(26) NOT NULL,
+            "event_id" VARCHAR(32) NOT NULL,
             "endpoint_id" VARCHAR(26) NOT NULL,
             "recipient_id" VARCHAR(26),
             "status" VARCHAR(16) NOT NULL,

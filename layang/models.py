@@ -286,7 +286,7 @@ class WebhookEvent(BaseModel):
     endpoint; ``delivery`` is set once the event is put into a delivery (a request)."""
 
     id = peewee.AutoField()
-    event_id = peewee.CharField(max_length=26)
+    event_id = peewee.CharField(max_length=32)
     endpoint = peewee.ForeignKeyField(WebhookEndpoint, on_delete="CASCADE", index=False)
     recipient_id = peewee.CharField(max_length=26, null=True)
     status = peewee.CharField(max_length=16)

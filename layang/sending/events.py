@@ -35,7 +35,8 @@ def injection_batches(account_id: int, recipient_ids: Sequence[str], at: int) ->
     reaches webhooks like any other event."""
     if not recipient_ids:
         return []
-    rows = [(new_id(), rid, INJECTION, at, "{}") for rid in recipient_ids]
+    ids = _event_ids(len(recipient_ids))
+    rows = [(eid, rid, INJECTION, at, "{}") for eid, rid in zip(ids, recipient_ids, strict=True)]
     sql = _injection_sql(len(rows), is_postgresql())
     return [InsertSelect(sql, [value for row in rows for value in row] + [account_id])]
 
@@ -49,8 +50,17 @@ def append_events(rows: Sequence[EventRow]) -> None:
             insert_rows(*batch)
 
 
+def _event_ids(count: int) -> list[str]:
+    """``count`` unique public event ids: one ``new_id`` and a counter. A ``new_id`` for each
+    cost more than the statement that stores the rows (~11 µs, on every event of the mail
+    path, whether or not anyone subscribes)."""
+    base = new_id()
+    return [f"{base}{n:04x}" for n in range(count)]
+
+
 def _webhook_rows(rows: Sequence[EventRow]) -> InsertSelect:
-    params = [value for row in rows for value in (new_id(), *row)]
+    ids = _event_ids(len(rows))
+    params = [value for eid, row in zip(ids, rows, strict=True) for value in (eid, *row)]
     return InsertSelect(_event_sql(len(rows), is_postgresql()), params)
 
 
