@@ -20,6 +20,9 @@ from __future__ import annotations
 import base64
 import email.utils
 import enum
+import hashlib
+import hmac
+import json as jsonlib
 import mimetypes
 import os
 import platform
@@ -50,6 +53,7 @@ __all__ = [
     "ServerError",
     "ValidationError",
     "parse_retry_after",
+    "verify_webhook",
 ]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -432,6 +436,8 @@ class Layang:
         self.authorized_recipients = AuthorizedRecipients(self)
         self.domains = Domains(self)
         self.suppressions = Suppressions(self)
+
+        self.webhooks = Webhooks(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -900,3 +906,129 @@ class Suppressions(_Resource):
         """Take ``email`` off the list: mail to it is sent again. Raises
         :class:`NotFoundError` when it is not listed."""
         self._client._request("DELETE", f"{self._PATH}/{_path_segment(email)}", idempotent=True)
+
+
+class Webhooks(_Resource):
+    """``client.webhooks``: endpoints that receive every event, and their delivery attempts."""
+
+    _PATH = "/webhooks"
+
+    def create(
+        self, url: str, events: Iterable[str] = ("*",), *, description: str | None = None
+    ) -> dict[str, Any]:
+        """Add an endpoint for ``events`` (types such as ``"Delivery"``, or ``"*"``). The
+        answer's ``secret`` is shown only here: keep it for :func:`verify_webhook`. Raises
+        :class:`ValidationError` for a URL that is not https or names a non-public address."""
+        body: dict[str, Any] = {"url": url, "events": list(events)}
+        if description is not None:
+            body["description"] = description
+        return self._client._json("POST", self._PATH, json=body, idempotent=False)
+
+    def list(self, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[dict[str, Any]]:
+        """Iterate over the endpoints, newest first (never their secrets)."""
+        return self._client._paginate(self._PATH, {}, page_size)
+
+    def get(self, endpoint_id: str) -> dict[str, Any]:
+        """One endpoint (never its secret)."""
+        return self._client._json(
+            "GET", f"{self._PATH}/{_path_segment(endpoint_id)}", idempotent=True
+        )
+
+    def update(
+        self,
+        endpoint_id: str,
+        *,
+        url: str | None = None,
+        events: Iterable[str] | None = None,
+        enabled: bool | None = None,
+    ) -> dict[str, Any]:
+        """Change what is given; ``enabled=False`` stops deliveries, ``True`` resumes them."""
+        body: dict[str, Any] = {}
+        if url is not None:
+            body["url"] = url
+        if events is not None:
+            body["events"] = list(events)
+        if enabled is not None:
+            body["enabled"] = enabled
+        return self._client._json(
+            "PATCH", f"{self._PATH}/{_path_segment(endpoint_id)}", json=body, idempotent=True
+        )
+
+    def delete(self, endpoint_id: str) -> None:
+        """Delete the endpoint and whatever it has not received yet."""
+        self._client._request(
+            "DELETE", f"{self._PATH}/{_path_segment(endpoint_id)}", idempotent=True
+        )
+
+    def rotate_secret(self, endpoint_id: str) -> dict[str, Any]:
+        """A new ``secret`` (in the answer, shown only there); the old one signs too for 24 h."""
+        return self._client._json(
+            "POST", f"{self._PATH}/{_path_segment(endpoint_id)}/rotate-secret", idempotent=False
+        )
+
+    def test(self, endpoint_id: str) -> str:
+        """Queue a ``Test`` event to the endpoint; returns its event id."""
+        answer = self._client._json(
+            "POST", f"{self._PATH}/{_path_segment(endpoint_id)}/test", idempotent=False
+        )
+        return answer["eventId"]
+
+    def deliveries(
+        self, endpoint_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> Iterator[dict[str, Any]]:
+        """Iterate over the endpoint's delivery attempts, newest first."""
+        return self._client._paginate(
+            f"{self._PATH}/{_path_segment(endpoint_id)}/deliveries", {}, page_size
+        )
+
+
+# -- receiving webhooks ---------------------------------------------------------------------
+
+WEBHOOK_TOLERANCE_SECONDS = 5 * 60
+
+
+def verify_webhook(
+    payload: bytes | str,
+    headers: Mapping[str, str],
+    secret: str,
+    *,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Check a webhook request (Standard Webhooks) and return its parsed body.
+
+    ``payload`` is the raw request body, exactly as received; ``headers`` its headers (any
+    case); ``secret`` the endpoint's ``whsec_…`` secret. Raises :class:`LayangError`
+    (``error="invalid_signature"``) when a header is missing, the timestamp is more than five
+    minutes from ``now`` (default: the clock) or no signature matches.
+    """
+    body = payload.encode() if isinstance(payload, str) else bytes(payload)
+    lowered = {name.lower(): value for name, value in headers.items()}
+    webhook_id = lowered.get("webhook-id")
+    timestamp = lowered.get("webhook-timestamp")
+    signatures = lowered.get("webhook-signature")
+    if not (webhook_id and timestamp and signatures):
+        raise _invalid("missing webhook-id, webhook-timestamp or webhook-signature header")
+    try:
+        sent_at = int(timestamp)
+    except ValueError:
+        raise _invalid("webhook-timestamp is not a number") from None
+    if abs((time.time() if now is None else now) - sent_at) > WEBHOOK_TOLERANCE_SECONDS:
+        raise _invalid("webhook-timestamp is more than 5 minutes away: stale or replayed")
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        raise ValueError("secret must be the endpoint's whsec_… secret") from None
+    signed = f"{webhook_id}.{sent_at}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    for candidate in signatures.split(" "):
+        version, _, value = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(value.encode(), expected.encode()):
+            try:
+                return jsonlib.loads(body)
+            except ValueError:
+                raise _invalid("the body is not JSON") from None
+    raise _invalid("no signature matches the secret")
+
+
+def _invalid(message: str) -> LayangError:
+    return LayangError(message, error="invalid_signature")

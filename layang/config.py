@@ -76,6 +76,18 @@ def _boolean(raw: str, name: str) -> bool:
     raise ConfigError(f"{name} must be true or false, not {raw!r}")
 
 
+def _schedule(raw: str, name: str) -> tuple[float, ...]:
+    try:
+        delays = tuple(float(part) for part in raw.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be delays in seconds separated by commas (e.g. 5,300,1800), not {raw!r}"
+        ) from None
+    if any(delay <= 0 for delay in delays):
+        raise ConfigError(f"{name} must hold positive delays, not {raw!r}")
+    return delays
+
+
 def parse_resolvers(raw: str, name: str) -> tuple[tuple[str, int], ...]:
     """``host:port[,host:port…]`` as (host, port) pairs; a bare host means port 53."""
     servers = []
@@ -193,6 +205,12 @@ class Config:
     inbound_host: str = _setting("LAYANG_INBOUND_HOST", default="")
     bounce_domain: str = _setting("LAYANG_BOUNCE_DOMAIN", default="")
     rate_limit: RateLimit | None = _setting("LAYANG_RATE_LIMIT", _rate_limit, default=None)  # noqa: RUF009
+    webhook_retry_schedule: tuple[float, ...] = _setting(
+        "LAYANG_WEBHOOK_RETRY_SCHEDULE",
+        _schedule,
+        default=(5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
+    )
+    webhook_allow_private: bool = _setting("LAYANG_WEBHOOK_ALLOW_PRIVATE", _boolean, default=False)
 
     def __post_init__(self) -> None:
         if not self.secret_key:

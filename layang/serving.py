@@ -106,14 +106,23 @@ def on_stop_signal(stop: threading.Event) -> None:
 
 
 def run_worker(config: Config, stop: threading.Event) -> None:
-    """``layang worker``: deliver until ``stop``, exposing its metrics if configured."""
+    """``layang worker``: deliver mail and webhooks until ``stop``, exposing its metrics if
+    configured. Webhooks go out from a thread of their own, so a slow endpoint never slows
+    the mail."""
+    from layang.sending.webhook_dispatcher import Dispatcher
     from layang.sending.worker import Worker
 
     if config.worker_metrics_bind:
         from layang.metrics import serve_process_metrics
 
         serve_process_metrics(config.worker_metrics_bind)
-    Worker(config).run(stop)
+    webhooks = threading.Thread(target=Dispatcher(config).run, args=(stop,), name="webhooks")
+    webhooks.start()
+    try:
+        Worker(config).run(stop)
+    finally:
+        stop.set()
+        webhooks.join(timeout=config.lease_seconds + 15)
 
 
 def run_smtpd(config: Config, stop: threading.Event) -> None:

@@ -47,6 +47,8 @@ DOCUMENTED = {
     "inbound_host": "",
     "bounce_domain": "bounces.127.0.0.1",
     "rate_limit": None,
+    "webhook_retry_schedule": (5, 300, 1800, 7200, 18000, 36000, 36000),
+    "webhook_allow_private": False,
 }
 
 
@@ -104,6 +106,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_REQUIRE_VERIFIED_DOMAIN": "true",
         "LAYANG_INBOUND_HOST": "mx.example.com",
         "LAYANG_RATE_LIMIT": "1000/min",
+        "LAYANG_WEBHOOK_RETRY_SCHEDULE": "1,1,2",
+        "LAYANG_WEBHOOK_ALLOW_PRIVATE": "true",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")
@@ -113,6 +117,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
     assert (config.log_level, config.log_format) == ("DEBUG", "json")
     assert config.dns_resolvers == (("127.0.0.1", 5353), ("::1", 53))
     assert (config.rate_limit.count, config.rate_limit.seconds) == (1000, 60)
+    assert config.webhook_retry_schedule == (1, 1, 2)
     assert not (empty_dir / "data").exists()  # a key from the environment writes nothing
 
 

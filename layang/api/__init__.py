@@ -112,6 +112,7 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         templates,
         transmissions,
+        webhooks,
     )
 
     app.config.update(
@@ -139,6 +140,7 @@ def init_api(app: flask.Flask) -> None:
         authorized_recipients,
         domains,
         suppressions,
+        webhooks,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

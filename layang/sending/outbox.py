@@ -35,7 +35,7 @@ from layang.models import (
     Transmission,
 )
 from layang.sending.bounce_class import classify
-from layang.sending.events import append_events, event_batches
+from layang.sending.events import append_events, event_batches, injection_batches
 from layang.sending.message import OutgoingMessage, domain_of
 from layang.sending.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 from layang.sending.suppression import suppressed_addresses, suppressed_event_detail
@@ -94,7 +94,8 @@ class Submission:
 def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
     """Store ``submission`` and queue one email per recipient, in one durable transaction,
     with the rows of ``also`` (an idempotency key's answer): all or nothing. A suppressed
-    recipient's record is stored ``Suppressed``, with its event, and never queued."""
+    recipient's record is stored ``Suppressed``, with its event, and never queued; the
+    others' Injection events go to webhooks."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
     message = submission.message
@@ -113,12 +114,14 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         submission.raw,
     )
     recipient_rows = []
+    injected: list[str] = []
     suppressed_events = []
     for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
         reason = submission.suppressed.get(address.lower())
         if reason is None:
             row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
             recipient_rows.append((*row, created, created, 0, created))
+            injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
             recipient_rows.append((*row, created, created, 0, None))
@@ -128,6 +131,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
             (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
             (Recipient, RECIPIENT_FIELDS, recipient_rows),
             *event_batches(suppressed_events),
+            *injection_batches(account.id, injected, created),
             *also,
         ]
     )

@@ -9,6 +9,7 @@ from layang.web import (
     consent_page,
     console,
     console_suppressions,
+    console_webhooks,
     error_pages,
     tracked_links,
     unsubscribe_page,
@@ -26,6 +27,7 @@ tracked_links.register(web)
 unsubscribe_page.register(web)
 console.register(web)
 console_suppressions.register(web)
+console_webhooks.register(web)
 error_pages.register(web)
 
 

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import importlib.util, sys
 sys.path.insert(0, sys.argv[1])
-from layang.client import Layang, LayangError, USER_AGENT
+from layang.client import Layang, LayangError, USER_AGENT, verify_webhook
 with Layang("lyg_x", base_url="http://127.0.0.1:9") as client:
     assert repr(client) == "Layang(base_url='http://127.0.0.1:9')"
 for name in ("flask", "peewee", "marshmallow", "jinja2", "click"):

@@ -1,0 +1,127 @@
+"""A real HTTP server in the test process that receives webhooks, scripted to fail on demand."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Request:
+    """One POST as received: its headers (lower-cased names), raw body and what it answered."""
+
+    headers: dict[str, str]
+    body: bytes
+    answered: int | None
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return self.payload["events"]
+
+
+class Receiver:
+    """Answers 204 unless scripted: ``script(500, 500, "hang")`` makes the next requests get a
+    500, a 500, then no answer for ``hang_seconds``. ``stop()`` closes the port (connections
+    are refused) and ``start()`` opens the same port again."""
+
+    def __init__(
+        self, hang_seconds: float = 3.0, tls: ssl.SSLContext | None = None, host: str = ""
+    ) -> None:
+        self.tls = tls
+        self.host = host or "127.0.0.1"
+        self.requests: list[Request] = []
+        self.script_queue: deque[int | str] = deque()
+        self.hang_seconds = hang_seconds
+        self.lock = threading.Condition()
+        self.port = 0
+        self.server: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}/hooks"
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                with receiver.lock:
+                    step = receiver.script_queue.popleft() if receiver.script_queue else 204
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                if step == "hang":
+                    receiver._note(Request(headers, body, None))
+                    time.sleep(receiver.hang_seconds)
+                    return
+                receiver._note(Request(headers, body, int(step)))
+                reply = b"receiver says no" if int(step) >= 300 else b""
+                self.send_response(int(step))
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
+        self.port = server.server_address[1]
+        self.server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def script(self, *steps: int | str) -> None:
+        with self.lock:
+            self.script_queue.extend(steps)
+
+    def _note(self, request: Request) -> None:
+        with self.lock:
+            self.requests.append(request)
+            self.lock.notify_all()
+
+    def delivered(self) -> list[Request]:
+        """The requests answered with a 2xx."""
+        with self.lock:
+            return [r for r in self.requests if r.answered is not None and r.answered < 300]
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every event of every request answered with a 2xx, in arrival order."""
+        return [event for request in self.delivered() for event in request.events]
+
+    def wait_for_requests(self, count: int, timeout: float = 15) -> list[Request]:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while len(self.requests) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{len(self.requests)} webhook requests, not {count}")
+                self.lock.wait(left)
+            return list(self.requests)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.stop()
