@@ -1,0 +1,351 @@
+"""The configuration check every command makes before it starts anything.
+
+A setting that cannot work stops the command at once with one line naming the variable and the
+fix (``PreflightError``), instead of a traceback from a thread that dies while the rest runs on.
+Listen addresses are bound here, and the very sockets are handed to the servers
+(``Listeners.take``), so a port cannot be taken by someone else between the check and the start.
+
+A command says what it uses with a ``Needs``; adding a listener to a command is one more
+``Listener`` in its ``listeners``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from layang.config import Config, parse_bind
+from layang.db import POSTGRESQL_CONNECT_DEFAULTS, error_summary
+from layang.sending.relay import CaptureRelay, RelayConfigError, redact_url, relay_from_url
+
+CREATE = "create"
+"""The command creates the database (and its directory) when it is missing."""
+EXISTING = "existing"
+"""The command only works on a database that exists; it never creates one."""
+
+
+class PreflightError(Exception):
+    """A setting that cannot work: ``variable`` names it, ``problem`` says why and what to do."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+        self.problem = problem
+
+
+class DatabaseUnreachable(PreflightError):
+    """The database server did not answer (as opposed to refusing us): it may come back."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A listen address a command serves on: the variable and the ``Config`` field holding it.
+    An empty value means the listener is off."""
+
+    variable: str
+    setting: str
+
+
+HTTP = Listener("LAYANG_HTTP_BIND", "http_bind")
+SMTP = Listener("LAYANG_SMTP_BIND", "smtp_bind")
+WORKER_METRICS = Listener("LAYANG_WORKER_METRICS_BIND", "worker_metrics_bind")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a command uses, and so what is checked before it starts.
+
+    ``database`` is ``CREATE``, ``EXISTING`` or None (no database); ``relay`` checks
+    ``LAYANG_RELAY_URL``; ``smtp_tls`` checks the STARTTLS certificate and key;
+    ``database_may_wait``: an unreachable PostgreSQL is only reported, the command starts anyway
+    and waits for it (``layang serve`` answers 503 meanwhile).
+    """
+
+    database: str | None = CREATE
+    relay: bool = False
+    smtp_tls: bool = False
+    listeners: tuple[Listener, ...] = ()
+    database_may_wait: bool = False
+
+
+@dataclass
+class Listeners:
+    """The sockets bound for a command's listeners, listening, by variable."""
+
+    sockets: dict[str, socket.socket] = field(default_factory=dict)
+
+    def take(self, listener: Listener) -> socket.socket | None:
+        """The bound socket of ``listener`` (None if it is off); the caller now owns it."""
+        return self.sockets.pop(listener.variable, None)
+
+    def close(self) -> None:
+        """Close every socket not taken."""
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
+
+
+def check(config: Config, needs: Needs) -> Listeners:
+    """Check everything ``needs`` names; returns the bound listeners.
+
+    Raises ``PreflightError`` for the first setting that cannot work (``DatabaseUnreachable``
+    when PostgreSQL does not answer), having closed whatever it had bound.
+    """
+    if needs.database:
+        check_database(config.database_url, needs.database)
+    if needs.relay:
+        check_relay(config.relay_url)
+    if needs.smtp_tls:
+        check_smtp_tls(config)
+    listeners = Listeners()
+    try:
+        for listener in needs.listeners:
+            bind = getattr(config, listener.setting)
+            if bind:
+                listeners.sockets[listener.variable] = bind_listener(listener.variable, bind)
+    except BaseException:
+        listeners.close()
+        raise
+    return listeners
+
+
+# -- directories ---------------------------------------------------------------------------------
+
+
+def check_writable_dir(variable: str, directory: Path) -> None:
+    """``directory`` exists and is writable, or can be created: its nearest existing ancestor
+    is a writable directory."""
+    path = Path(directory).absolute()
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PreflightError(variable, f"{existing} is a file, so {path} cannot be a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "write to" if existing == path else f"create {path} in"
+        raise PreflightError(
+            variable, f"cannot {what} {existing}: permission denied; choose a writable directory"
+        )
+
+
+# -- the database --------------------------------------------------------------------------------
+
+
+def database_location(url: str) -> str:
+    """The database URL as shown to a person: an absolute SQLite path, no password."""
+    if url.startswith("sqlite:"):
+        path = sqlite_path(url)
+        return f"sqlite:///{path}" if path else url
+    return redact_url(url)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL, absolute; None for an in-memory database."""
+    path = url.split(":///", 1)[-1].split("?", 1)[0] if ":///" in url else ""
+    if not path or path == ":memory:":
+        return None
+    return Path(path).absolute()
+
+
+def check_database(url: str, mode: str) -> None:
+    """The URL names a database Layang supports, and it can be used: a SQLite file that can be
+    created (``CREATE``) or exists (``EXISTING``), a PostgreSQL server that lets us in."""
+    variable = "LAYANG_DATABASE_URL"
+    if url.startswith("sqlite:"):
+        if not url.startswith("sqlite:///"):
+            raise PreflightError(
+                variable, "write a SQLite URL as sqlite:///relative/path.db or sqlite:////abs.db"
+            )
+        path = sqlite_path(url)
+        if path is None:
+            return
+        if path.is_dir():
+            raise PreflightError(variable, f"{path} is a directory; name the database file")
+        if mode == EXISTING and not path.exists():
+            raise NoDatabase(url)
+        if path.exists():
+            if not os.access(path, os.R_OK | os.W_OK):
+                raise PreflightError(variable, f"cannot read and write {path}: permission denied")
+            check_writable_dir(variable, path.parent)  # SQLite keeps its journal beside it
+        else:
+            check_writable_dir(variable, path.parent)
+    elif url.startswith(("postgresql://", "postgres://")):
+        check_postgresql(url)
+    else:
+        scheme = url.partition(":")[0] or url
+        raise PreflightError(
+            variable,
+            f"{scheme}: databases are not supported; use sqlite:///path.db (the default) "
+            "or postgresql://user:password@host/database",
+        )
+
+
+class NoDatabase(PreflightError):
+    """The command needs existing data, and the database is not there (or has no schema)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            "LAYANG_DATABASE_URL",
+            f"no Layang database at {database_location(url)}, so it holds no accounts; "
+            "create one with `layang accounts create NAME` or `layang run`, or set "
+            "LAYANG_DATA_DIR (or LAYANG_DATABASE_URL) to the one you meant",
+        )
+
+
+# Fragments of libpq's messages when no server answered, as opposed to one that refused us.
+_NO_ANSWER = (
+    "connection refused",
+    "timeout expired",
+    "could not translate host name",
+    "no route to host",
+    "network is unreachable",
+    "no such file or directory",
+    "server closed the connection unexpectedly",
+    "the database system is starting up",
+    "the database system is shutting down",
+)
+
+
+def check_postgresql(url: str) -> None:
+    """The driver is installed and the server accepts our credentials for the database."""
+    variable = "LAYANG_DATABASE_URL"
+    try:
+        import psycopg2
+    except ImportError:
+        raise PreflightError(
+            variable, "PostgreSQL needs the driver: pip install 'layang[postgresql]'"
+        ) from None
+    from playhouse.db_url import parse as parse_url
+
+    try:
+        params = {
+            **POSTGRESQL_CONNECT_DEFAULTS,
+            **parse_url(url, unquote_password=True, unquote_user=True),
+        }
+    except ValueError as error:
+        raise PreflightError(variable, f"cannot read {redact_url(url)}: {error}") from None
+    name = params.pop("database", None)
+    if not name:
+        raise PreflightError(
+            variable, f"{redact_url(url)} names no database: postgresql://user@host/DATABASE"
+        )
+    try:
+        connection = psycopg2.connect(dbname=name, **params)
+    except psycopg2.Error as error:
+        reason = error_summary(error)
+        where = redact_url(url)
+        if any(fragment in reason.lower() for fragment in _NO_ANSWER):
+            raise DatabaseUnreachable(
+                variable, f"PostgreSQL at {where} does not answer: {reason}"
+            ) from None
+        raise PreflightError(variable, f"PostgreSQL at {where} refused: {reason}") from None
+    connection.close()
+
+
+# -- the relay and TLS ---------------------------------------------------------------------------
+
+
+def check_relay(url: str) -> None:
+    """The relay URL is well formed, its cafile loads, and a capture directory is writable."""
+    try:
+        relay = relay_from_url(url)
+    except RelayConfigError as error:
+        raise PreflightError("LAYANG_RELAY_URL", str(error)) from None
+    if isinstance(relay, CaptureRelay):
+        check_writable_dir("LAYANG_RELAY_URL", relay.directory)
+    relay.close()
+
+
+def check_smtp_tls(config: Config) -> None:
+    """The STARTTLS pair: both files or neither, readable, a certificate and its own key."""
+    cert, key = config.smtp_tls_cert, config.smtp_tls_key
+    if not cert and not key:
+        check_writable_dir("LAYANG_DATA_DIR", config.data_dir)  # the self-signed pair goes there
+        return
+    if not cert or not key:
+        given, missing = (
+            ("LAYANG_SMTP_TLS_CERT", "LAYANG_SMTP_TLS_KEY")
+            if cert
+            else ("LAYANG_SMTP_TLS_KEY", "LAYANG_SMTP_TLS_CERT")
+        )
+        raise PreflightError(missing, f"set it too ({given} is set), or neither of them")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert_bytes = _read("LAYANG_SMTP_TLS_CERT", cert)
+    key_bytes = _read("LAYANG_SMTP_TLS_KEY", key)
+    try:
+        x509.load_pem_x509_certificates(cert_bytes)
+    except ValueError:
+        raise PreflightError("LAYANG_SMTP_TLS_CERT", f"{cert} holds no PEM certificate") from None
+    try:
+        serialization.load_pem_private_key(key_bytes, password=None)
+    except (ValueError, TypeError):
+        raise PreflightError(
+            "LAYANG_SMTP_TLS_KEY", f"{key} holds no unencrypted PEM private key"
+        ) from None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as error:
+        raise PreflightError(
+            "LAYANG_SMTP_TLS_KEY", f"{key} is not the key of the certificate in {cert} ({error})"
+        ) from None
+
+
+def _read(variable: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise PreflightError(variable, f"cannot read {path}: {error.strerror}") from None
+
+
+# -- listen addresses ----------------------------------------------------------------------------
+
+
+def bind_listener(variable: str, bind: str) -> socket.socket:
+    """A TCP socket bound to ``bind`` (host:port) and listening, as the servers bind theirs."""
+    host, port = parse_bind(bind, variable)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise PreflightError(
+            variable, f"cannot resolve {host!r} ({error.strerror}); use an address of this machine"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        raise PreflightError(variable, _bind_problem(bind, port, error)) from None
+    return sock
+
+
+def _bind_problem(bind: str, port: int, error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return f"{bind} is already in use; stop what listens there or choose another port"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{bind} is not an address of this machine; use one of its own, or 0.0.0.0"
+    if error.errno == errno.EACCES:
+        return f"listening on port {port} needs privileges; use a port above 1023"
+    return f"cannot listen on {bind}: {error.strerror}"
+
+
+@contextlib.contextmanager
+def handed_over(sock: socket.socket | None) -> Iterator[int | None]:
+    """The file descriptor of ``sock`` for a server that duplicates it; ``sock`` is closed
+    after (the server keeps its own copy)."""
+    try:
+        yield None if sock is None else sock.fileno()
+    finally:
+        if sock is not None:
+            sock.close()
