@@ -16,6 +16,7 @@ import errno
 import os
 import socket
 import ssl
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,10 +98,15 @@ def check(config: Config, needs: Needs) -> Listeners:
     Raises ``PreflightError`` for the first setting that cannot work (``DatabaseUnreachable``
     when PostgreSQL does not answer), having closed whatever it had bound.
     """
+    # A URL derived from the data dir is fixed there, so that is the variable to name.
+    derived = Config(secret_key=config.secret_key, data_dir=config.data_dir)
     if needs.database:
-        check_database(config.database_url, needs.database)
+        data_dir = config.database_url == derived.database_url
+        variable = "LAYANG_DATA_DIR" if data_dir else "LAYANG_DATABASE_URL"
+        check_database(config.database_url, needs.database, variable)
     if needs.relay:
-        check_relay(config.relay_url)
+        data_dir = config.relay_url == derived.relay_url
+        check_relay(config.relay_url, "LAYANG_DATA_DIR" if data_dir else "LAYANG_RELAY_URL")
     if needs.smtp_tls:
         check_smtp_tls(config)
     listeners = Listeners()
@@ -119,19 +125,23 @@ def check(config: Config, needs: Needs) -> Listeners:
 
 
 def check_writable_dir(variable: str, directory: Path) -> None:
-    """``directory`` exists and is writable, or can be created: its nearest existing ancestor
-    is a writable directory."""
+    """``directory`` exists and is writable, or can be created: something can be made in it, or
+    in its nearest existing ancestor. Leaves nothing behind."""
     path = Path(directory).absolute()
     existing = path
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise PreflightError(variable, f"{existing} is a file, so {path} cannot be a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "write to" if existing == path else f"create {path} in"
+    try:
+        # Tried rather than judged from permission bits: root passes those, and still cannot
+        # write to a read-only file system.
+        os.rmdir(tempfile.mkdtemp(prefix=".layang-check-", dir=existing))
+    except OSError as error:
+        what = f"write to {path}" if existing == path else f"create {path}"
         raise PreflightError(
-            variable, f"cannot {what} {existing}: permission denied; choose a writable directory"
-        )
+            variable, f"cannot {what} ({error.strerror}); choose a writable directory"
+        ) from None
 
 
 # -- the database --------------------------------------------------------------------------------
@@ -153,10 +163,10 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path).absolute()
 
 
-def check_database(url: str, mode: str) -> None:
+def check_database(url: str, mode: str, variable: str = "LAYANG_DATABASE_URL") -> None:
     """The URL names a database Layang supports, and it can be used: a SQLite file that can be
-    created (``CREATE``) or exists (``EXISTING``), a PostgreSQL server that lets us in."""
-    variable = "LAYANG_DATABASE_URL"
+    created (``CREATE``) or exists (``EXISTING``), a PostgreSQL server that lets us in.
+    ``variable`` is the one named in the error."""
     if url.startswith("sqlite:"):
         if not url.startswith("sqlite:///"):
             raise PreflightError(
@@ -181,8 +191,8 @@ def check_database(url: str, mode: str) -> None:
         scheme = url.partition(":")[0] or url
         raise PreflightError(
             variable,
-            f"{scheme}: databases are not supported; use sqlite:///path.db (the default) "
-            "or postgresql://user:password@host/database",
+            f"{scheme}:// is not supported, only sqlite:// (sqlite:///path/layang.db, the "
+            "default) and postgresql:// (postgresql://user:password@host/database)",
         )
 
 
@@ -251,14 +261,14 @@ def check_postgresql(url: str) -> None:
 # -- the relay and TLS ---------------------------------------------------------------------------
 
 
-def check_relay(url: str) -> None:
+def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
     """The relay URL is well formed, its cafile loads, and a capture directory is writable."""
     try:
         relay = relay_from_url(url)
     except RelayConfigError as error:
-        raise PreflightError("LAYANG_RELAY_URL", str(error)) from None
+        raise PreflightError(variable, str(error)) from None
     if isinstance(relay, CaptureRelay):
-        check_writable_dir("LAYANG_RELAY_URL", relay.directory)
+        check_writable_dir(variable, relay.directory)
     relay.close()
 
 
