@@ -53,6 +53,7 @@ API = (
     "rate_limit",
     "dns_resolver",
     "inbound_host",
+    "relay_url",  # its host goes in the SPF record a sending domain should publish
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -80,7 +81,7 @@ DELIVERY = (
     "tracking_token_days",
     "secret_key",
 )
-DOMAINS = ("dns_resolver", "inbound_host", "public_url", "secret_key")
+DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
 
 class Uses:
@@ -420,4 +421,4 @@ class domain_errors:
         return False
 
 
-main.add_command(send_command)
+main.add_command(Uses(Needs(None), ("http_bind",))(send_command))

@@ -219,10 +219,11 @@ class Config:
     def __post_init__(self) -> None:
         if not self.secret_key:
             raise ConfigError("LAYANG_SECRET_KEY is empty; set it or leave it unset")
+        in_data_dir = _data_dir_defaults(Path(self.data_dir))
         derived = {
             "data_dir": Path(self.data_dir),
-            "database_url": self.database_url or f"sqlite:///{Path(self.data_dir) / 'layang.db'}",
-            "relay_url": self.relay_url or f"capture:{Path(self.data_dir) / 'outbox'}",
+            "database_url": self.database_url or in_data_dir["database_url"],
+            "relay_url": self.relay_url or in_data_dir["relay_url"],
             "public_url": (self.public_url or f"http://{self.http_bind}").rstrip("/"),
         }
         for name, value in derived.items():
@@ -270,6 +271,11 @@ class Config:
                 values["secret_key"] = secrets.token_urlsafe(48)
         return cls(**values)
 
+    def follows_data_dir(self, name: str) -> bool:
+        """Whether the setting ``name`` (``database_url``, ``relay_url``) is the default
+        derived from the data dir, so that ``LAYANG_DATA_DIR`` is what decides it."""
+        return getattr(self, name) == _data_dir_defaults(self.data_dir)[name]
+
     @property
     def http_host_port(self) -> tuple[str, int]:
         return parse_bind(self.http_bind, "LAYANG_HTTP_BIND")
@@ -284,6 +290,13 @@ class Config:
     @property
     def smtp_host_port(self) -> tuple[str, int]:
         return parse_bind(self.smtp_bind, "LAYANG_SMTP_BIND")
+
+
+def _data_dir_defaults(data_dir: Path) -> dict[str, str]:
+    return {
+        "database_url": f"sqlite:///{data_dir / 'layang.db'}",
+        "relay_url": f"capture:{data_dir / 'outbox'}",
+    }
 
 
 def stored_secret_key(data_dir: Path) -> str:

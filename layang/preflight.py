@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import socket
+import sqlite3
 import ssl
 import tempfile
 from collections.abc import Iterator
@@ -99,13 +100,12 @@ def check(config: Config, needs: Needs) -> Listeners:
     when PostgreSQL does not answer), having closed whatever it had bound.
     """
     # A URL derived from the data dir is fixed there, so that is the variable to name.
-    derived = Config(secret_key=config.secret_key, data_dir=config.data_dir)
     if needs.database:
-        data_dir = config.database_url == derived.database_url
+        data_dir = config.follows_data_dir("database_url")
         variable = "LAYANG_DATA_DIR" if data_dir else "LAYANG_DATABASE_URL"
         check_database(config.database_url, needs.database, variable)
     if needs.relay:
-        data_dir = config.relay_url == derived.relay_url
+        data_dir = config.follows_data_dir("relay_url")
         check_relay(config.relay_url, "LAYANG_DATA_DIR" if data_dir else "LAYANG_RELAY_URL")
     if needs.smtp_tls:
         check_smtp_tls(config)
@@ -177,7 +177,7 @@ def check_database(url: str, mode: str, variable: str = "LAYANG_DATABASE_URL") -
             return
         if path.is_dir():
             raise PreflightError(variable, f"{path} is a directory; name the database file")
-        if mode == EXISTING and not path.exists():
+        if mode == EXISTING and not _sqlite_has_accounts_table(path):
             raise NoDatabase(url)
         if path.exists():
             if not os.access(path, os.R_OK | os.W_OK):
@@ -194,6 +194,26 @@ def check_database(url: str, mode: str, variable: str = "LAYANG_DATABASE_URL") -
             f"{scheme}:// is not supported, only sqlite:// (sqlite:///path/layang.db, the "
             "default) and postgresql:// (postgresql://user:password@host/database)",
         )
+
+
+def _sqlite_has_accounts_table(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    # Read-only: opening it as the service does would switch an unrelated file to WAL.
+    try:
+        connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return bool(
+            connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'account'"
+            ).fetchall()
+        )
+    except sqlite3.Error:
+        return False
+    finally:
+        connection.close()
 
 
 class NoDatabase(PreflightError):
