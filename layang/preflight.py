@@ -5,8 +5,9 @@ fix (``PreflightError``), instead of a traceback from a thread that dies while t
 Listen addresses are bound here, and the very sockets are handed to the servers
 (``Listeners.take``), so a port cannot be taken by someone else between the check and the start.
 
-A command says what it uses with a ``Needs``; adding a listener to a command is one more
-``Listener`` in its ``listeners``.
+A command says what it uses with a ``Needs``. A new listen address is one ``Listener`` (its
+variable and Config field) added to the ``listeners`` of the commands that serve it; its server
+then takes the bound socket with ``Listeners.take`` instead of binding its own.
 """
 
 from __future__ import annotations
@@ -348,6 +349,8 @@ def bind_listener(variable: str, bind: str) -> socket.socket:
         raise PreflightError(
             variable, f"cannot resolve {host!r} ({error.strerror}); use an address of this machine"
         ) from None
+    # A name with both (localhost) is served on IPv4, as the servers would pick it.
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
