@@ -36,7 +36,10 @@ from layang.preflight import (
 )
 
 CONFIG_ERROR_STATUS = 2
-"""The exit status of a command stopped by a setting that cannot work (as for a usage error)."""
+"""The exit status of a command stopped by a setting that cannot work (as for a usage error):
+retrying cannot help (systemd: ``RestartPreventExitStatus=2``)."""
+UNAVAILABLE_STATUS = 1
+"""The exit status when the database does not answer: it may, so restarting later can help."""
 
 # The settings each part of Layang reads, by Config field: a command's --help lists those of
 # its parts (tests/test_cli.py checks them against what the command actually reads).
@@ -102,10 +105,10 @@ class Uses:
         return command
 
 
-def fail(line: str) -> NoReturn:
-    """Stop the command: ``line`` on stderr, exit status 2."""
+def fail(line: str, status: int = CONFIG_ERROR_STATUS) -> NoReturn:
+    """Stop the command: ``line`` on stderr, exit ``status``."""
     click.echo(line, err=True)
-    sys.exit(CONFIG_ERROR_STATUS)
+    sys.exit(status)
 
 
 def load_config(*, store_secret: bool = True) -> Config:
@@ -119,7 +122,8 @@ def load_config(*, store_secret: bool = True) -> Config:
 def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
     """The current command's configuration, checked (``layang.preflight``) before anything
     starts, and the sockets of its listeners, bound. Stops the command with one line on stderr
-    and exit status 2 at the first setting that cannot work; nothing has been created then.
+    and exit status 2 at the first setting that cannot work (1 if the database does not answer,
+    unless the command waits for it); nothing has been created then.
 
     ``service``: a long-running command, whose logs go to stdout.
     """
@@ -130,7 +134,7 @@ def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
         listeners = check(config, needs)
     except DatabaseUnreachable as error:
         if not needs.database_may_wait:
-            fail(str(error))
+            fail(str(error), UNAVAILABLE_STATUS)
         click.echo(f"{error}; starting anyway, answering 503 until it does", err=True)
         listeners = _check(config, replace(needs, database=None))
     except PreflightError as error:
