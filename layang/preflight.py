@@ -12,14 +12,12 @@ then takes the bound socket with ``Listeners.take`` instead of binding its own.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import socket
 import sqlite3
 import ssl
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -371,14 +369,3 @@ def _bind_problem(bind: str, port: int, error: OSError) -> str:
     if error.errno == errno.EACCES:
         return f"listening on port {port} needs privileges; use a port above 1023"
     return f"cannot listen on {bind}: {error.strerror}"
-
-
-@contextlib.contextmanager
-def handed_over(sock: socket.socket | None) -> Iterator[int | None]:
-    """The file descriptor of ``sock`` for a server that duplicates it; ``sock`` is closed
-    after (the server keeps its own copy)."""
-    try:
-        yield None if sock is None else sock.fileno()
-    finally:
-        if sock is not None:
-            sock.close()
