@@ -26,6 +26,8 @@ from tests.sending.test_crash import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
