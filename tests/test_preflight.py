@@ -296,3 +296,21 @@ def test_the_checked_port_stays_held_until_the_server_takes_it(tmp_path):
     finally:
         listeners.close()
     assert port_is_free(port)
+
+
+def test_a_postgresql_database_without_layang_is_not_migrated_by_a_read(tmp_path):
+    import secrets
+
+    from tests.postgres.server import query
+
+    _postgres_or_skip()
+    name = f"layang_empty_{secrets.token_hex(4)}"
+    query(ADMIN_URL, f'CREATE DATABASE "{name}"')
+    try:
+        url = with_database(ADMIN_URL, name)
+        result = layang(["keys", "list", "default"], tmp_path, LAYANG_DATABASE_URL=url)
+        assert_stopped_by(result, "LAYANG_DATABASE_URL", "no Layang database", "no accounts")
+        tables = query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        assert tables == []
+    finally:
+        query(ADMIN_URL, f'DROP DATABASE "{name}"')
