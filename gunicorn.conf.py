@@ -1,7 +1,4 @@
-"""gunicorn -c gunicorn.conf.py wsgi:app — the same settings and hooks as ``layang serve``: the
-schema is upgraded once, in the master, and the workers only open the database."""
+"""gunicorn -c gunicorn.conf.py wsgi:app, from a checkout: the settings of ``layang serve``
+(installed: ``gunicorn -c python:layang.gunicorn_conf layang.wsgi:app``)."""
 
-from layang.config import Config
-from layang.serving import gunicorn_settings
-
-globals().update(gunicorn_settings(Config.from_env()))
+from layang.gunicorn_conf import *  # noqa: F403

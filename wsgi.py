@@ -1,3 +1,3 @@
-from app import app
+from layang.wsgi import app
 
 __all__ = ["app"]

@@ -5,41 +5,178 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from typing import Any
+from dataclasses import replace
+from typing import Any, NoReturn
 
 import click
 
 from layang.api.errors import describe
 from layang.cli_send import send as send_command
 from layang.clock import iso_ms
-from layang.config import Config, ConfigError
-from layang.db import open_database
+from layang.config import Config, ConfigError, describe_settings
+from layang.db import database, open_database
 from layang.domain import accounts, sending_domains
-from layang.domain.errors import LayangError
+from layang.domain.errors import LayangError, NotFound
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
 from layang.models import FULL, SCOPES, Account
+from layang.preflight import (
+    CREATE,
+    EXISTING,
+    HTTP,
+    SMTP,
+    WORKER_METRICS,
+    DatabaseUnreachable,
+    Listeners,
+    Needs,
+    NoDatabase,
+    PreflightError,
+    check,
+    database_location,
+)
+
+CONFIG_ERROR_STATUS = 2
+"""The exit status of a command stopped by a setting that cannot work (as for a usage error):
+retrying cannot help (systemd: ``RestartPreventExitStatus=2``)."""
+UNAVAILABLE_STATUS = 1
+"""The exit status when the database does not answer: it may, so restarting later can help."""
+
+# The settings each part of Layang reads, by Config field: a command's --help lists those of
+# its parts (tests/test_cli.py checks them against what the command actually reads).
+STORE = ("data_dir", "database_url")
+LOGS = ("log_level", "log_format")
+API = (
+    "http_bind",
+    "public_url",
+    "secret_key",
+    "sandbox_sender",
+    "max_message_bytes",
+    "tracking_token_days",
+    "require_verified_domain",
+    "rate_limit",
+    "dns_resolver",
+    "inbound_host",
+    "relay_url",  # its host goes in the SPF record a sending domain should publish
+    "webhook_allow_private",
+    "bounce_domain",
+)
+GUNICORN = ("http_workers", "http_threads")
+SUBMISSION = (
+    "smtp_bind",
+    "smtp_tls_cert",
+    "smtp_tls_key",
+    "smtp_max_connections",
+    "smtp_max_connections_per_address",
+    "smtp_auth_timeout_seconds",
+    "smtp_max_auth_failures",
+    "sandbox_sender",
+    "max_message_bytes",
+    "require_verified_domain",
+    "rate_limit",
+)
+DELIVERY = (
+    "relay_url",
+    "retry_base_seconds",
+    "max_delivery_seconds",
+    "lease_seconds",
+    "worker_poll_seconds",
+    "worker_batch_size",
+    "worker_metrics_bind",
+    "public_url",
+    "tracking_token_days",
+    "secret_key",
+    "bounce_domain",  # the mailto: of List-Unsubscribe
+    "webhook_retry_schedule",
+    "webhook_allow_private",
+)
+DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
 
-def load_config() -> Config:
-    """The configuration, secret key included; a setting that cannot be used stops here."""
+class Uses:
+    """What a command needs checked before it starts (``needs``) and the settings it reads
+    (``settings``, Config field names, listed in its --help)."""
+
+    def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
+        self.needs = needs
+        self.settings = tuple(dict.fromkeys(name for part in parts for name in part))
+
+    def __call__(self, command: click.Command) -> click.Command:
+        rows = describe_settings(self.settings)
+        width = max(len(variable) for variable, _ in rows)
+        lines = [f"  {variable.ljust(width)}  {shown}" for variable, shown in rows]
+        # "\b" keeps click from rewrapping the table.
+        command.epilog = "\b\nEnvironment (and .env), with defaults:\n" + "\n".join(lines)
+        command.layang_uses = self  # type: ignore[attr-defined]
+        return command
+
+
+def fail(line: str, status: int = CONFIG_ERROR_STATUS) -> NoReturn:
+    """Stop the command: ``line`` on stderr, exit ``status``."""
+    click.echo(line, err=True)
+    sys.exit(status)
+
+
+def load_config(*, store_secret: bool = True) -> Config:
+    """The configuration; a setting that cannot be parsed stops the command here."""
     try:
-        return Config.from_env()
+        return Config.from_env(store_secret=store_secret)
     except ConfigError as error:
-        raise click.ClickException(str(error)) from None
+        fail(str(error))
 
 
-def load_service_config() -> Config:
-    """Configuration for the long-running commands, whose logs go to stdout."""
-    config = load_config()
-    configure_logging(config)
-    return config
+def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
+    """The current command's configuration, checked (``layang.preflight``) before anything
+    starts, and the sockets of its listeners, bound. Stops the command with one line on stderr
+    and exit status 2 at the first setting that cannot work (1 if the database does not answer,
+    unless the command waits for it); nothing has been created then.
+
+    ``service``: a long-running command, whose logs go to stdout.
+    """
+    uses: Uses = click.get_current_context().command.layang_uses  # type: ignore[attr-defined]
+    needs = uses.needs
+    config = load_config(store_secret=False)
+    try:
+        listeners = check(config, needs)
+    except DatabaseUnreachable as error:
+        if not needs.database_may_wait:
+            fail(str(error), UNAVAILABLE_STATUS)
+        click.echo(f"{error}; starting anyway, answering 503 until it does", err=True)
+        listeners = _check(config, replace(needs, database=None))
+    except PreflightError as error:
+        fail(str(error))
+    if "secret_key" in uses.settings:
+        config = load_config()  # checked: now the secret key may be stored in the data dir
+    if service:
+        configure_logging(config)
+    return config, listeners
 
 
-def open_db(config: Config) -> None:
-    """Open the database with its schema up to date, upgrading it if needed."""
+def _check(config: Config, needs: Needs) -> Listeners:
+    try:
+        return check(config, needs)
+    except PreflightError as error:
+        fail(str(error))
+
+
+def open_db(config: Config, mode: str = CREATE) -> None:
+    """Open the database with its schema up to date, upgrading it if needed. With
+    ``EXISTING``, a database without Layang's schema stops the command instead."""
     open_database(config.database_url)
+    if mode == EXISTING and not database.table_exists("account"):
+        fail(str(NoDatabase(config.database_url)))
     upgrade_once(config.database_url)
+
+
+def account_named(name: str, config: Config) -> Account:
+    """The account ``name``; ``NotFound`` says which database was searched and what it holds."""
+    try:
+        return accounts.get_account(name)
+    except NotFound:
+        names = [a.name for a in Account.select(Account.name).order_by(Account.name).limit(11)]
+        held = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
+        holds = f"its accounts: {held}" if names else "it holds no accounts"
+        where = database_location(config.database_url)
+        raise NotFound(f"No account named {name!r} in {where} ({holds}).") from None
 
 
 def emit(value: Any) -> None:
@@ -49,21 +186,38 @@ def emit(value: Any) -> None:
 @click.group()
 @click.version_option(package_name="layang")
 def main() -> None:
-    """Layang: transactional email over HTTP and SMTP."""
+    """Layang: transactional email over HTTP and SMTP.
+
+    Every command checks its configuration before it starts anything; a setting that cannot
+    work stops it with one line naming the variable, and exit status 2. `layang COMMAND
+    --help` lists the variables a command reads.
+    """
 
 
+EVERYTHING = Uses(
+    Needs(CREATE, relay=True, smtp_tls=True, listeners=(HTTP, SMTP, WORKER_METRICS)),
+    STORE,
+    API,
+    SUBMISSION,
+    DELIVERY,
+    LOGS,
+)
+
+
+@EVERYTHING
 @main.command()
 def run() -> None:
     """HTTP API, sender worker and SMTP server in one process (development, embedded defaults)."""
     from layang.serving import on_stop_signal, run_all
 
-    config = load_service_config()
+    config, listeners = prepare(service=True)
     open_db(config)
     if not Account.select().exists():
         account = accounts.create_account("default", live=True)
         _, secret = accounts.create_api_key(account, label="created by layang run")
         click.echo(f"Created account 'default' (live) with API key: {secret}")
-        click.echo("Keep it: it is shown only this once.")
+        click.echo("Keep it: it is shown only this once. To use it in this shell:")
+        click.echo(f"  export LAYANG_KEY={secret}")
     stop = threading.Event()
     on_stop_signal(stop)
 
@@ -72,41 +226,46 @@ def run() -> None:
         click.echo(f"Docs: {config.public_url}/docs")
         click.echo(f"Console: {config.public_url}/console")
 
-    run_all(config, stop, on_ready=print_urls)
+    run_all(config, stop, listeners, on_ready=print_urls)
 
 
+@Uses(Needs(CREATE, listeners=(HTTP,), database_may_wait=True), STORE, API, GUNICORN, LOGS)
 @main.command()
 def serve() -> None:
-    """HTTP API only, under gunicorn."""
+    """HTTP API only, under gunicorn (production)."""
     from layang.serving import serve_gunicorn
 
-    config = load_service_config()
+    config, listeners = prepare(service=True)
     # The gunicorn master upgrades the schema once, before its workers start.
-    serve_gunicorn(config)
+    serve_gunicorn(config, listeners.take(HTTP))
 
 
+@Uses(Needs(CREATE, relay=True, listeners=(WORKER_METRICS,)), STORE, DELIVERY, LOGS)
 @main.command()
 def worker() -> None:
     """The sender: relays queued mail upstream and records activity."""
-    from layang.serving import on_stop_signal, run_worker
+    from layang.serving import on_stop_signal, run_sender, start_worker
 
-    config = load_service_config()
+    config, listeners = prepare(service=True)
     open_db(config)
+    sender = start_worker(config, listeners.take(WORKER_METRICS))
     stop = threading.Event()
     on_stop_signal(stop)
-    run_worker(config, stop)
+    run_sender(config, sender, stop)
 
 
+@Uses(Needs(CREATE, smtp_tls=True, listeners=(SMTP,)), STORE, SUBMISSION, LOGS)
 @main.command()
 def smtpd() -> None:
     """The SMTP submission server (STARTTLS, AUTH with an API key)."""
-    from layang.serving import on_stop_signal, run_smtpd
+    from layang.serving import on_stop_signal, serve_until, start_smtpd
 
-    config = load_service_config()
+    config, listeners = prepare(service=True)
     open_db(config)
+    server = start_smtpd(config, listeners.take(SMTP))
     stop = threading.Event()
     on_stop_signal(stop)
-    run_smtpd(config, stop)
+    serve_until(stop, server)
 
 
 @main.group()
@@ -114,10 +273,11 @@ def db() -> None:
     """Database schema."""
 
 
+@Uses(Needs(CREATE), STORE)
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the schema (idempotent)."""
-    config = load_config()
+    config, _ = prepare()
     open_database(config.database_url)
     applied = upgrade()
     emit({"applied": applied})
@@ -128,12 +288,13 @@ def accounts_group() -> None:
     """Accounts."""
 
 
+@Uses(Needs(CREATE), STORE)
 @accounts_group.command("create")
 @click.argument("name")
 @click.option("--live", is_flag=True, help="A live account (default: sandbox).")
 def accounts_create(name: str, live: bool) -> None:
     """Create an account; prints {"id", "name", "mode"}."""
-    open_db(load_config())
+    open_db(prepare()[0])
     with domain_errors():
         account = accounts.create_account(name, live=live)
     emit({"id": account.id, "name": account.name, "mode": account.mode})
@@ -144,6 +305,7 @@ def keys_group() -> None:
     """API keys."""
 
 
+@Uses(Needs(EXISTING), STORE)
 @keys_group.command("create")
 @click.argument("name")
 @click.option("--label", default="", help="A note to tell keys apart.")
@@ -157,19 +319,22 @@ def keys_group() -> None:
 def keys_create(name: str, label: str, scope: str) -> None:
     """New API key for account NAME; prints {"id", "key", "account", "scope"} (the key only
     here)."""
-    open_db(load_config())
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        key, secret = accounts.create_api_key(accounts.get_account(name), label, scope)
+        key, secret = accounts.create_api_key(account_named(name, config), label, scope)
     emit({"id": key.id, "key": secret, "account": name, "scope": key.scope})
 
 
+@Uses(Needs(EXISTING), STORE)
 @keys_group.command("list")
 @click.argument("name")
 def keys_list(name: str) -> None:
     """List the keys of account NAME (never their secrets)."""
-    open_db(load_config())
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        keys = accounts.list_api_keys(accounts.get_account(name))
+        keys = accounts.list_api_keys(account_named(name, config))
     emit(
         [
             {
@@ -185,13 +350,19 @@ def keys_list(name: str) -> None:
     )
 
 
+@Uses(Needs(EXISTING), STORE)
 @keys_group.command("revoke")
 @click.argument("key_id")
 def keys_revoke(key_id: str) -> None:
     """Revoke a key at once."""
-    open_db(load_config())
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        key = accounts.revoke_api_key(key_id)
+        try:
+            key = accounts.revoke_api_key(key_id)
+        except NotFound as error:
+            where = database_location(config.database_url)
+            raise NotFound(f"{error.message.rstrip('.')} in {where}.") from None
     emit({"id": key.id, "revokedAt": iso_ms(key.revoked_at)})
 
 
@@ -206,40 +377,43 @@ def _dump_domain(state: Any) -> dict[str, Any]:
     return DomainSchema().dump(state)
 
 
+@Uses(Needs(EXISTING), STORE, DOMAINS)
 @domains_group.command("add")
 @click.argument("name")
 @click.argument("domain")
 @click.option("--return-path-domain", default=None, help="Default: bounces.DOMAIN.")
 def domains_add(name: str, domain: str, return_path_domain: str | None) -> None:
     """Add DOMAIN to account NAME; prints it with the records to publish."""
-    config = load_config()
-    open_db(config)
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        account = accounts.get_account(name)
+        account = account_named(name, config)
         state = sending_domains.create_domain(account, domain, return_path_domain, config)
     emit(_dump_domain(state))
 
 
+@Uses(Needs(EXISTING), STORE, DOMAINS)
 @domains_group.command("list")
 @click.argument("name")
 def domains_list(name: str) -> None:
     """List account NAME's sending domains, as of their last check."""
-    config = load_config()
-    open_db(config)
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        page = sending_domains.list_domains(accounts.get_account(name), config, limit=500)
+        page = sending_domains.list_domains(account_named(name, config), config, limit=500)
     emit([_dump_domain(state) for state in page.items])
 
 
+@Uses(Needs(EXISTING), STORE, DOMAINS)
 @domains_group.command("verify")
 @click.argument("name")
 @click.argument("domain")
 def domains_verify(name: str, domain: str) -> None:
     """Check DOMAIN's records in DNS now; prints the domain with each record's status."""
-    config = load_config()
-    open_db(config)
+    config, _ = prepare()
+    open_db(config, EXISTING)
     with domain_errors():
-        state = sending_domains.verify_domain(accounts.get_account(name), domain, config)
+        state = sending_domains.verify_domain(account_named(name, config), domain, config)
     emit(_dump_domain(state))
 
 
@@ -256,4 +430,4 @@ class domain_errors:
         return False
 
 
-main.add_command(send_command)
+main.add_command(Uses(Needs(None), ("http_bind",))(send_command))

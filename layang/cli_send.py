@@ -9,27 +9,20 @@ from typing import Any
 
 import click
 
-from layang.client import Layang, LayangError
+from layang.client import Layang, LayangError, url_of_bind
 from layang.config import Config, ConfigError
-
-WILDCARD_HOSTS = frozenset(("0.0.0.0", "::"))  # noqa: S104 - compared against, never bound
 
 
 def default_base_url(config: Config) -> str:
-    """``http://`` + the service's HTTP bind address, with a listen-on-all address replaced by
-    the loopback one, which a local client can connect to."""
-    host, port = config.http_host_port
-    if host in WILDCARD_HOSTS:
-        host = "127.0.0.1"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
+    """The service on this machine: ``http://`` + its HTTP bind address (a listen-on-all
+    address replaced by the loopback one)."""
+    return url_of_bind(config.http_bind)
 
 
 def local_config() -> Config:
     """The configuration of the service on this machine, whose address is the default."""
     try:
-        return Config.from_env()
+        return Config.from_env(store_secret=False)  # sending signs nothing here
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
 

@@ -52,11 +52,13 @@ __all__ = [
     "RateLimitError",
     "ServerError",
     "ValidationError",
+    "default_base_url",
     "parse_retry_after",
     "verify_webhook",
 ]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+_LISTEN_ON_ALL = frozenset(("0.0.0.0", "::", ""))  # noqa: S104 - compared against, never bound
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_RETRIES = 3
@@ -363,6 +365,29 @@ def _quoted_etag(etag: str) -> str:
     return f'"{etag}"'
 
 
+def url_of_bind(bind: str) -> str:
+    """``http://`` + a service's listen address (``host:port``), with a listen-on-all address
+    replaced by the loopback one, which a local client can connect to."""
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    if host in _LISTEN_ON_ALL:
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def default_base_url(environ: Mapping[str, str] | None = None) -> str:
+    """The service a client talks to when not told: ``$LAYANG_BASE_URL``, else the service on
+    this machine at ``$LAYANG_HTTP_BIND``, else ``http://127.0.0.1:8000``."""
+    environ = os.environ if environ is None else environ
+    if environ.get("LAYANG_BASE_URL"):
+        return environ["LAYANG_BASE_URL"]
+    if environ.get("LAYANG_HTTP_BIND"):
+        return url_of_bind(environ["LAYANG_HTTP_BIND"])
+    return DEFAULT_BASE_URL
+
+
 def _timestamp(value: datetime | str) -> str:
     return value.isoformat() if isinstance(value, datetime) else value
 
@@ -373,9 +398,10 @@ def _timestamp(value: datetime | str) -> str:
 class Layang:
     """A client for one Layang service and API key.
 
-    ``api_key`` defaults to ``$LAYANG_API_KEY`` and ``base_url`` to ``$LAYANG_BASE_URL`` (or
-    ``http://127.0.0.1:8000``). ``timeout`` is in seconds for the whole exchange, with at most
-    10 s to connect; pass an ``httpx.Timeout`` for finer control. ``http_client`` lets you
+    ``api_key`` defaults to ``$LAYANG_API_KEY`` and ``base_url`` to ``$LAYANG_BASE_URL``, else
+    the service at ``$LAYANG_HTTP_BIND``, else ``http://127.0.0.1:8000``. ``timeout`` is in
+    seconds for the whole exchange, with at most 10 s to connect; pass an ``httpx.Timeout``
+    for finer control. ``http_client`` lets you
     bring a configured ``httpx.Client`` (proxies, TLS, transports); it is then yours to close,
     and its own timeouts apply unless ``timeout`` is given.
 
@@ -414,7 +440,7 @@ class Layang:
         if max_retries < 0:
             raise ValueError("max_retries must be 0 or more")
         self._api_key = api_key
-        base_url = base_url or os.environ.get("LAYANG_BASE_URL") or DEFAULT_BASE_URL
+        base_url = base_url or default_base_url()
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff

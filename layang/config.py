@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -144,9 +144,14 @@ def _log_format(raw: str, name: str) -> str:
     return value
 
 
-def _setting(variable: str, parse: Callable[[str, str], Any] = _text, **default: Any) -> Any:
-    """A field read from ``variable``; an unset or empty variable leaves the default."""
-    return field(metadata={"variable": variable, "parse": parse}, **default)
+def _setting(
+    variable: str, parse: Callable[[str, str], Any] = _text, *, shown: str = "", **default: Any
+) -> Any:
+    """A field read from ``variable``; an unset or empty variable leaves the default.
+
+    ``shown`` is the default as the help tells it, for a default derived at run time.
+    """
+    return field(metadata={"variable": variable, "parse": parse, "shown": shown}, **default)
 
 
 def _http_workers() -> int:
@@ -166,15 +171,25 @@ class Config:
     """
 
     # _setting returns a dataclasses.field(), not a call shared by every instance.
-    data_dir: Path = _setting("LAYANG_DATA_DIR", _path, default=Path("var"))  # noqa: RUF009
-    database_url: str = _setting("LAYANG_DATABASE_URL", default="")
-    relay_url: str = _setting("LAYANG_RELAY_URL", default="")
+    data_dir: Path = _setting("LAYANG_DATA_DIR", _path, shown="./var", default=Path("var"))  # noqa: RUF009
+    database_url: str = _setting(
+        "LAYANG_DATABASE_URL", shown="sqlite:///$LAYANG_DATA_DIR/layang.db", default=""
+    )
+    relay_url: str = _setting(
+        "LAYANG_RELAY_URL", shown="capture:$LAYANG_DATA_DIR/outbox", default=""
+    )
     http_bind: str = _setting("LAYANG_HTTP_BIND", _bind, default="127.0.0.1:8000")
     smtp_bind: str = _setting("LAYANG_SMTP_BIND", _bind, default="127.0.0.1:2587")
-    public_url: str = _setting("LAYANG_PUBLIC_URL", default="")
-    secret_key: str = _setting("LAYANG_SECRET_KEY")
-    smtp_tls_cert: str = _setting("LAYANG_SMTP_TLS_CERT", default="")
-    smtp_tls_key: str = _setting("LAYANG_SMTP_TLS_KEY", default="")
+    public_url: str = _setting("LAYANG_PUBLIC_URL", shown="http://$LAYANG_HTTP_BIND", default="")
+    secret_key: str = _setting(
+        "LAYANG_SECRET_KEY", shown="generated into $LAYANG_DATA_DIR/secret_key"
+    )
+    smtp_tls_cert: str = _setting(
+        "LAYANG_SMTP_TLS_CERT", shown="self-signed, made in $LAYANG_DATA_DIR", default=""
+    )
+    smtp_tls_key: str = _setting(
+        "LAYANG_SMTP_TLS_KEY", shown="self-signed, made in $LAYANG_DATA_DIR", default=""
+    )
     sandbox_sender: str = _setting("LAYANG_SANDBOX_SENDER", default="sandbox@sandbox.layang.test")
     retry_base_seconds: float = _setting("LAYANG_RETRY_BASE_SECONDS", _seconds, default=60.0)
     max_delivery_seconds: float = _setting(
@@ -191,20 +206,32 @@ class Config:
         "LAYANG_SMTP_AUTH_TIMEOUT_SECONDS", _seconds, default=30.0
     )
     smtp_max_auth_failures: int = _setting("LAYANG_SMTP_MAX_AUTH_FAILURES", _integer, default=10)
-    http_workers: int = _setting("LAYANG_HTTP_WORKERS", _integer, default_factory=_http_workers)
+    http_workers: int = _setting(
+        "LAYANG_HTTP_WORKERS", _integer, shown="number of cores", default_factory=_http_workers
+    )
     http_threads: int = _setting("LAYANG_HTTP_THREADS", _integer, default=8)
     worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)
     worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=500)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
-    worker_metrics_bind: str = _setting("LAYANG_WORKER_METRICS_BIND", _bind, default="")
-    dns_resolver: str = _setting("LAYANG_DNS_RESOLVER", _resolvers, default="")
+    worker_metrics_bind: str = _setting(
+        "LAYANG_WORKER_METRICS_BIND", _bind, shown="unset (off)", default=""
+    )
+    dns_resolver: str = _setting(
+        "LAYANG_DNS_RESOLVER", _resolvers, shown="the system resolver", default=""
+    )
     require_verified_domain: bool = _setting(
         "LAYANG_REQUIRE_VERIFIED_DOMAIN", _boolean, default=False
     )
-    inbound_host: str = _setting("LAYANG_INBOUND_HOST", default="")
-    bounce_domain: str = _setting("LAYANG_BOUNCE_DOMAIN", default="")
-    rate_limit: RateLimit | None = _setting("LAYANG_RATE_LIMIT", _rate_limit, default=None)  # noqa: RUF009
+    inbound_host: str = _setting(
+        "LAYANG_INBOUND_HOST", shown="the host of LAYANG_PUBLIC_URL", default=""
+    )
+    rate_limit: RateLimit | None = _setting(  # noqa: RUF009
+        "LAYANG_RATE_LIMIT", _rate_limit, shown="unset (no limit)", default=None
+    )
+    bounce_domain: str = _setting(
+        "LAYANG_BOUNCE_DOMAIN", shown="bounces.<host of LAYANG_PUBLIC_URL>", default=""
+    )
     webhook_retry_schedule: tuple[float, ...] = _setting(
         "LAYANG_WEBHOOK_RETRY_SCHEDULE",
         _schedule,
@@ -215,10 +242,11 @@ class Config:
     def __post_init__(self) -> None:
         if not self.secret_key:
             raise ConfigError("LAYANG_SECRET_KEY is empty; set it or leave it unset")
+        in_data_dir = _data_dir_defaults(Path(self.data_dir))
         derived = {
             "data_dir": Path(self.data_dir),
-            "database_url": self.database_url or f"sqlite:///{Path(self.data_dir) / 'layang.db'}",
-            "relay_url": self.relay_url or f"capture:{Path(self.data_dir) / 'outbox'}",
+            "database_url": self.database_url or in_data_dir["database_url"],
+            "relay_url": self.relay_url or in_data_dir["relay_url"],
             "public_url": (self.public_url or f"http://{self.http_bind}").rstrip("/"),
         }
         host = urlsplit(derived["public_url"]).hostname or "localhost"
@@ -227,12 +255,20 @@ class Config:
             object.__setattr__(self, name, value)  # frozen: settle the defaults once, here
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, dotenv: bool = True) -> Config:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        dotenv: bool = True,
+        store_secret: bool = True,
+    ) -> Config:
         """Build the configuration from ``environ`` (default: ``os.environ``) and ``./.env``.
 
         Real environment variables win over the ``.env`` file. Without ``LAYANG_SECRET_KEY``
-        the key is read from the data dir, generated there the first time. Raises
-        ``ConfigError`` on a value that cannot be used.
+        the key is read from the data dir, generated there the first time; with
+        ``store_secret=False`` (for commands that sign nothing) a missing one is not stored
+        and the key is one of this process only. Raises ``ConfigError`` on a value that
+        cannot be used.
         """
         env: dict[str, str] = {}
         if dotenv and Path(".env").is_file():
@@ -247,8 +283,23 @@ class Config:
                 values[setting.name] = setting.metadata["parse"](raw, variable)
         if "secret_key" not in values:
             data_dir = values.get("data_dir", cls.__dataclass_fields__["data_dir"].default)
-            values["secret_key"] = stored_secret_key(data_dir)
+            stored = Path(data_dir) / "secret_key"
+            if store_secret or stored.exists():
+                try:
+                    values["secret_key"] = stored_secret_key(data_dir)
+                except OSError as error:
+                    raise ConfigError(
+                        f"LAYANG_DATA_DIR: cannot keep the secret key in {stored.absolute()}: "
+                        f"{error.strerror}; choose a writable directory or set LAYANG_SECRET_KEY"
+                    ) from None
+            else:
+                values["secret_key"] = secrets.token_urlsafe(48)
         return cls(**values)
+
+    def follows_data_dir(self, name: str) -> bool:
+        """Whether the setting ``name`` (``database_url``, ``relay_url``) is the default
+        derived from the data dir, so that ``LAYANG_DATA_DIR`` is what decides it."""
+        return getattr(self, name) == _data_dir_defaults(self.data_dir)[name]
 
     @property
     def http_host_port(self) -> tuple[str, int]:
@@ -264,6 +315,13 @@ class Config:
     @property
     def smtp_host_port(self) -> tuple[str, int]:
         return parse_bind(self.smtp_bind, "LAYANG_SMTP_BIND")
+
+
+def _data_dir_defaults(data_dir: Path) -> dict[str, str]:
+    return {
+        "database_url": f"sqlite:///{data_dir / 'layang.db'}",
+        "relay_url": f"capture:{data_dir / 'outbox'}",
+    }
 
 
 def stored_secret_key(data_dir: Path) -> str:
@@ -283,3 +341,24 @@ def stored_secret_key(data_dir: Path) -> str:
             os.link(tmp, path)
         tmp.unlink(missing_ok=True)
     return path.read_text().strip()
+
+
+def describe_settings(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(variable, default as a person reads it) of the ``Config`` fields ``names``, in the
+    order of the fields."""
+    wanted = set(names)
+    rows = []
+    for setting in fields(Config):
+        if setting.name not in wanted:
+            continue
+        shown = setting.metadata["shown"]
+        if not shown:
+            default = setting.default
+            if isinstance(default, float) and default.is_integer():
+                default = int(default)
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+        rows.append((setting.metadata["variable"], shown))
+    unknown = wanted - {setting.name for setting in fields(Config)}
+    if unknown:
+        raise ValueError(f"not settings: {sorted(unknown)}")
+    return rows

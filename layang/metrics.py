@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import socketserver
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import peewee
 from prometheus_client import (
@@ -21,12 +24,11 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from layang.clock import now_ms
-from layang.config import parse_bind
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary, write_health
 from layang.models import BOUNCE, DELAY, DELIVERY, Event, Recipient
 
@@ -167,8 +169,29 @@ def render_app_metrics() -> bytes:
     return generate_latest(_APP_METRICS)
 
 
-def serve_process_metrics(bind: str) -> None:
-    """Expose this process's own measurements on ``bind`` (host:port) from a background thread."""
-    host, port = parse_bind(bind, "LAYANG_WORKER_METRICS_BIND")
-    start_http_server(port, addr=host, registry=PROCESS_REGISTRY)
+def serve_process_metrics(listener: socket.socket) -> None:
+    """Expose this process's own measurements on ``listener`` (a bound, listening socket, which
+    it then owns) from a background thread."""
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+        def server_bind(self) -> None:
+            # Bound when the configuration was checked (layang.preflight): serve that socket.
+            self.socket.close()
+            self.socket = listener
+            self.server_name, self.server_port = listener.getsockname()[:2]
+            self.setup_environ()
+
+        def server_activate(self) -> None:
+            """Already listening."""
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            """Scrapes are not worth a log line each."""
+
+    host, port = listener.getsockname()[:2]
+    server = Server((host, port), QuietHandler)
+    server.set_app(make_wsgi_app(PROCESS_REGISTRY))
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     log.info("metrics listening on http://%s:%d/metrics", host, port)

@@ -6,13 +6,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.serving import make_server
 
 from layang.config import Config
+from layang.preflight import HTTP, SMTP, WORKER_METRICS, Listeners
+
+if TYPE_CHECKING:
+    from layang.sending.worker import Worker
+    from layang.smtpd.server import SubmissionController
 
 log = logging.getLogger("layang.serving")
 
@@ -73,12 +79,18 @@ def gunicorn_settings(config: Config) -> dict[str, Any]:
         "timeout": 60,
         "graceful_timeout": 30,
         "forwarded_allow_ips": "127.0.0.1,::1",
+        # gunicorn's control socket defaults to one path per user ($XDG_RUNTIME_DIR/gunicorn.ctl),
+        # which a second server on the host would take over; Layang is managed with signals.
+        "control_socket_disable": True,
     }
 
 
-def serve_gunicorn(config: Config) -> None:
-    """Run the HTTP API under gunicorn in the foreground."""
+def serve_gunicorn(config: Config, listener: socket.socket | None = None) -> None:
+    """Run the HTTP API under gunicorn in the foreground, on ``listener`` (a bound, listening
+    socket, see ``layang.preflight``) or else on ``LAYANG_HTTP_BIND``."""
     from gunicorn.app.base import BaseApplication
+    from gunicorn.arbiter import Arbiter
+    from gunicorn.sock import TCP6Socket, TCPSocket
 
     from layang.app import create_app
 
@@ -89,6 +101,18 @@ def serve_gunicorn(config: Config) -> None:
 
         def load(self) -> Any:
             return create_app(config)
+
+        def run(self) -> None:
+            arbiter = Arbiter(self)
+            if listener is not None:
+                kind = TCP6Socket if listener.family == socket.AF_INET6 else TCPSocket
+                # gunicorn takes the descriptor over and closes it; it gets its own copy.
+                address = listener.getsockname()[:2]
+                arbiter.LISTENERS = [
+                    kind(address, self.cfg, arbiter.log, fd=os.dup(listener.fileno()))
+                ]
+                listener.close()
+            arbiter.run()
 
     Application().run()
 
@@ -105,50 +129,77 @@ def on_stop_signal(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def run_worker(config: Config, stop: threading.Event) -> None:
-    """``layang worker``: deliver mail and webhooks until ``stop``, exposing its metrics if
-    configured. Webhooks go out from a thread of their own, so a slow endpoint never slows
-    the mail."""
-    from layang.sending.webhook_dispatcher import Dispatcher
+def start_worker(config: Config, metrics_listener: socket.socket | None = None) -> Worker:
+    """The worker of ``layang worker`` (and ``layang run``), its metrics already served on
+    ``metrics_listener`` if given; ``.run(stop)`` delivers."""
     from layang.sending.worker import Worker
 
-    if config.worker_metrics_bind:
+    if metrics_listener is not None:
         from layang.metrics import serve_process_metrics
 
-        serve_process_metrics(config.worker_metrics_bind)
+        serve_process_metrics(metrics_listener)
+    return Worker(config)
+
+
+def run_sender(config: Config, worker: Worker, stop: threading.Event) -> None:
+    """Deliver mail with ``worker`` and webhooks until ``stop``. Webhooks go out from a thread
+    of their own, so a slow endpoint never slows the mail."""
+    from layang.sending.webhook_dispatcher import Dispatcher
+
     webhooks = threading.Thread(target=Dispatcher(config).run, args=(stop,), name="webhooks")
     webhooks.start()
     try:
-        Worker(config).run(stop)
+        worker.run(stop)
     finally:
         stop.set()
         webhooks.join(timeout=config.lease_seconds + 15)
 
 
-def run_smtpd(config: Config, stop: threading.Event) -> None:
-    """``layang smtpd``: the submission server until ``stop``."""
+def start_smtpd(config: Config, listener: socket.socket | None = None) -> SubmissionController:
+    """The submission server, started on ``listener`` (or on ``LAYANG_SMTP_BIND``)."""
     from layang.smtpd.server import submission_server
 
-    server = submission_server(config)
+    server = submission_server(config, listener)
     server.start()
     log.info("smtp submission listening on %s", config.smtp_bind)
+    return server
+
+
+def serve_until(stop: threading.Event, server: SubmissionController) -> None:
     stop.wait()
     server.stop()
 
 
 def run_all(
-    config: Config, stop: threading.Event, on_ready: Callable[[], None] | None = None
+    config: Config,
+    stop: threading.Event,
+    listeners: Listeners,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """``layang run``: HTTP API, sender worker and SMTP server in one process until ``stop``."""
+    """``layang run``: HTTP API, sender worker and SMTP server in one process until ``stop``.
+
+    Everything that can fail at start (the database, the servers on ``listeners``) is set up
+    before any of them runs, so a failure leaves nothing half started.
+    """
     from layang.app import create_app
 
     app = create_app(config)
     host, port = config.http_host_port
-    http = make_server(host, port, app, threaded=True)
+    http_listener = listeners.take(HTTP)
+    fd = None if http_listener is None else http_listener.fileno()
+    http = make_server(host, port, app, threaded=True, fd=fd)
+    if http_listener is not None:
+        http_listener.close()  # the server serves its own copy
+    try:
+        smtpd = start_smtpd(config, listeners.take(SMTP))
+        worker = start_worker(config, listeners.take(WORKER_METRICS))
+    except BaseException:
+        http.server_close()
+        raise
     threads = [
         threading.Thread(target=http.serve_forever, name="http", daemon=True),
-        threading.Thread(target=run_worker, args=(config, stop), name="worker"),
-        threading.Thread(target=run_smtpd, args=(config, stop), name="smtpd"),
+        threading.Thread(target=run_sender, args=(config, worker, stop), name="worker"),
+        threading.Thread(target=serve_until, args=(stop, smtpd), name="smtpd"),
     ]
     for thread in threads:
         thread.start()

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import click
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from layang.cli import main
+from layang.config import describe_settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -125,3 +135,265 @@ def test_run_prints_the_api_docs_and_console_urls_when_ready(config, tmp_path):
         assert httpx.get(f"{base}/console", follow_redirects=True).status_code == 200
     finally:
         stop(server)
+
+
+# -- what a newcomer meets: --help, a database that is not there -----------------------------
+
+
+def all_commands(group=main, prefix=()):
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            yield from all_commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+COMMANDS = dict(all_commands())
+
+
+def help_of(path):
+    result = CliRunner().invoke(main, [*path, "--help"], catch_exceptions=False)
+    assert result.exit_code == 0
+    return result.stdout
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_commands_help_lists_the_variables_it_reads_with_defaults(path):
+    text = help_of(path)
+    assert "Environment (and .env), with defaults:" in text
+    rows = describe_settings(COMMANDS[path].layang_uses.settings)
+    assert rows
+    for variable, default in rows:
+        assert re.search(rf"^\s+{variable}\s+{re.escape(default)}$", text, re.M), variable
+
+
+def test_the_help_tells_defaults_derived_from_other_settings():
+    text = help_of(("run",))
+    assert re.search(r"LAYANG_DATABASE_URL\s+sqlite:///\$LAYANG_DATA_DIR/layang.db", text)
+    assert re.search(r"LAYANG_RELAY_URL\s+capture:\$LAYANG_DATA_DIR/outbox", text)
+    assert re.search(r"LAYANG_LEASE_SECONDS\s+60$", text, re.M)
+    assert "LAYANG_HTTP_WORKERS" not in text  # gunicorn's, for layang serve
+    assert "LAYANG_HTTP_WORKERS" in help_of(("serve",))
+
+
+def test_keys_list_from_another_directory_names_the_database_and_creates_nothing(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "layang", "keys", "list", "default"],
+        cwd=elsewhere,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"LAYANG_DATABASE_URL: no Layang database at sqlite:///{elsewhere}/var/layang.db, so it "
+        "holds no accounts; create one with `layang accounts create NAME` or `layang run`, or "
+        "set LAYANG_DATA_DIR (or LAYANG_DATABASE_URL) to the one you meant\n"
+    )
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_missing_account_is_named_with_the_database_and_what_it_holds(layang, config):
+    where = f"sqlite:///{config.data_dir / 'layang.db'}"
+    empty = layang("keys", "list", "default", ok=False)
+    layang("db", "upgrade")
+    empty = layang("keys", "list", "default", ok=False)
+    assert empty.exit_code == 1
+    assert json.loads(empty.stderr)["message"] == (
+        f"No account named 'default' in {where} (it holds no accounts)."
+    )
+    layang("accounts", "create", "shop")
+    layang("accounts", "create", "bigshop", "--live")
+    missing = json.loads(layang("keys", "create", "default", ok=False).stderr)
+    assert missing["message"] == (
+        f"No account named 'default' in {where} (its accounts: bigshop, shop)."
+    )
+    revoke = json.loads(layang("keys", "revoke", "key_nope", ok=False).stderr)
+    assert revoke["message"] == f"No API key with id 'key_nope' in {where}."
+
+
+def test_read_only_commands_leave_an_empty_database_untouched(layang, config):
+    """A database without Layang's schema (an empty PostgreSQL, an unrelated file) is not
+    migrated by a command that only reads."""
+    import sqlite3
+
+    path = config.data_dir / "layang.db"
+    sqlite3.connect(path).close()
+    before = path.read_bytes()
+    result = layang("domains", "list", "shop", ok=False)
+    assert result.exit_code == 2
+    assert "no Layang database" in result.stderr and "holds no accounts" in result.stderr
+    assert path.read_bytes() == before
+    assert not (config.data_dir / "secret_key").exists()
+
+
+# -- every setting a command reads is in its help ----------------------------------------------
+
+
+def record(args, tmp_path, env, **popen):
+    """Start ``layang ARGS`` noting the settings it reads (tests/settings_recorder.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.settings_recorder", *args],
+        cwd=ROOT,
+        env=env,
+        **popen,
+    )
+
+
+def recorded(path):
+    return set(path.read_text().split()) if path.exists() else set()
+
+
+def in_help(path):
+    return set(COMMANDS[path].layang_uses.settings)
+
+
+def submit_over_smtp(bind, user, key):
+    import smtplib
+    import ssl
+
+    host, port = bind.rsplit(":", 1)
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with smtplib.SMTP(host, int(port), local_hostname="client.test", timeout=10) as smtp:
+        smtp.starttls(context=context)
+        smtp.login(user, key)
+        smtp.sendmail("shop@sender.test", ["b@rcpt.test"], b"Subject: s\r\n\r\nHi\r\n")
+
+
+def send_over_http(base, key):
+    response = httpx.post(
+        f"{base}/v1/layang/transmissions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={
+            "from": {"email": "a@sender.test"},
+            "subject": "s",
+            "to": [{"email": "b@rcpt.test"}],
+            "bodyText": "t",
+            "optionsAttributes": {"openTracking": True, "clickTracking": True},
+            "bodyHtml": '<a href="https://example.com/">x</a>',
+        },
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    auth = {"Authorization": f"Bearer {key}"}
+    httpx.get(f"{base}/v1/layang/activity", headers=auth)
+    httpx.post(f"{base}/v1/layang/domains", json={"domain": "example.com"}, headers=auth)
+    httpx.get(f"{base}/v1/layang/domains", headers=auth, timeout=30)
+    for page in ("/healthz", "/metrics", "/docs", "/console/", "/openapi.json"):
+        httpx.get(f"{base}{page}", follow_redirects=True, timeout=10)
+
+
+def test_the_services_read_only_settings_their_help_lists(tmp_path, upstream):
+    from tests.sending.test_crash import free_port, stop, wait_until
+
+    http, smtp, metrics = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env.update(
+        PYTHONUNBUFFERED="1",
+        LAYANG_DATA_DIR=str(tmp_path / "data"),
+        LAYANG_RELAY_URL=upstream.url,
+        LAYANG_HTTP_BIND=http,
+        LAYANG_SMTP_BIND=smtp,
+        LAYANG_WORKER_METRICS_BIND=metrics,
+        LAYANG_WORKER_POLL_SECONDS="0.05",
+        LAYANG_HTTP_WORKERS="1",
+    )
+    base = f"http://{http}"
+
+    def service(args, until):
+        reads = tmp_path / f"{'-'.join(args)}.reads"
+        log = tmp_path / f"{'-'.join(args)}.log"
+        with open(log, "wb") as out:
+            process = record(
+                args, tmp_path, env | {"RECORD_SETTINGS_TO": str(reads)}, stdout=out, stderr=out
+            )
+        try:
+            until(log)
+        finally:
+            stop(process)
+        assert process.returncode == 0, log.read_text()
+        return recorded(reads)
+
+    def run_until_delivered(log):
+        wait_until(lambda: "Console:" in log.read_text(), 30, log.read_text())
+        key = re.search(r"export LAYANG_KEY=(\S+)", log.read_text()).group(1)
+        send_over_http(base, key)
+        submit_over_smtp(smtp, "default", key)
+        upstream.wait_for(2, timeout=30)
+        httpx.get(f"http://{metrics}/metrics", timeout=5)
+
+    reads = service(["run"], run_until_delivered)
+    assert reads >= {"relay_url", "smtp_bind", "http_bind", "lease_seconds"}  # it does record
+    assert reads <= in_help(("run",)), reads - in_help(("run",))
+
+    key = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "layang", "keys", "create", "default"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            check=True,
+        ).stdout
+    )["key"]
+
+    def serve_a_send(log):
+        wait_until(lambda: _answers(f"{base}/healthz"), 30, log.read_text())
+        send_over_http(base, key)
+
+    reads = service(["serve"], serve_a_send)
+    assert reads <= in_help(("serve",)), reads - in_help(("serve",))
+
+    def deliver(log):
+        upstream.wait_for(3, timeout=30)
+        wait_until(lambda: _answers(f"http://{metrics}/metrics"), 10, log.read_text())
+
+    reads = service(["worker"], deliver)
+    assert "relay_url" in reads
+    assert reads <= in_help(("worker",)), reads - in_help(("worker",))
+
+    def submit(log):
+        wait_until(lambda: "smtp submission listening" in log.read_text(), 30, log.read_text())
+        submit_over_smtp(smtp, "default", key)
+
+    reads = service(["smtpd"], submit)
+    assert reads <= in_help(("smtpd",)), reads - in_help(("smtpd",))
+
+
+def _answers(url):
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_the_other_commands_read_only_settings_their_help_lists(tmp_path, dns_zone):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env.update(LAYANG_DATA_DIR=str(tmp_path / "data"), LAYANG_DNS_RESOLVER=dns_zone.address)
+    key_id = None
+    steps = [
+        ("db", "upgrade"),
+        ("accounts", "create", "shop", "--live"),
+        ("keys", "create", "shop"),
+        ("keys", "list", "shop"),
+        ("keys", "revoke", None),
+        ("domains", "add", "shop", "example.com"),
+        ("domains", "list", "shop"),
+        ("domains", "verify", "shop", "example.com"),
+    ]
+    for step in steps:
+        args = [key_id if arg is None else arg for arg in step]
+        reads = tmp_path / f"{'-'.join(args)}.reads"
+        process = record(
+            args, tmp_path, env | {"RECORD_SETTINGS_TO": str(reads)}, stdout=subprocess.PIPE
+        )
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, args
+        if step[:2] == ("keys", "create"):
+            key_id = json.loads(out)["id"]
+        path = tuple(a for a in step[:2])
+        assert recorded(reads) <= in_help(path), (args, recorded(reads) - in_help(path))

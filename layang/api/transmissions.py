@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any
 
 import flask
@@ -59,6 +60,16 @@ class AddressSchema(CompatSchema):
         validate=[validate.Length(max=MAX_DISPLAY_NAME), no_line_breaks],
         metadata={"description": "Display name (optional)."},
     )
+
+    @ma.pre_load
+    def from_string(self, data: Any, **kwargs: Any) -> Any:
+        """``"a@x"`` or ``"Name <a@x>"`` stands for ``{"email", "name"}``, as in the SDK."""
+        if not isinstance(data, str):
+            return data
+        name, address = email.utils.parseaddr(data)
+        if not address or "@" not in address:
+            return {"email": data}  # refused as an address, naming the field
+        return {"email": address, "name": name} if name else {"email": address}
 
     @ma.post_load
     def make_mailbox(self, data: dict[str, Any], **kwargs: Any) -> Mailbox:
@@ -190,7 +201,10 @@ class TransmissionRequestSchema(CompatSchema):
     verbatim = frozenset({"metadata"})
 
     from_ = fields.Nested(
-        AddressSchema, required=True, data_key="from", metadata={"description": "The sender."}
+        AddressSchema,
+        required=True,
+        data_key="from",
+        metadata={"description": 'The sender; any address may also be a string, "Name <a@x>".'},
     )
     subject = fields.String(
         validate=[validate.Length(max=MAX_SUBJECT), no_line_breaks],

@@ -17,6 +17,7 @@ from layang.models import UNVERIFIED, VERIFIED, Account, AuthorizedRecipient
 from layang.pagination import Page, keyset_page
 from layang.sending.message import Mailbox, OutgoingMessage
 from layang.sending.outbox import queue_message
+from layang.sending.simulator import is_simulated
 
 TOKEN_LIFETIME_MS = 7 * 24 * 3600 * 1000
 
@@ -161,16 +162,20 @@ def give_consent(token: str) -> AuthorizedRecipient:
 
 
 def verified_addresses(account: Account, addresses: Iterable[str]) -> set[str]:
-    """The lower-cased addresses among ``addresses`` that ``account`` may send to."""
+    """The lower-cased addresses among ``addresses`` that ``account`` may send to: its verified
+    authorized recipients, and the mailbox simulator's addresses (they reach no one, so need
+    no consent)."""
     keys = {a.lower() for a in addresses}
+    simulated = {key for key in keys if is_simulated(key)}
+    keys -= simulated
     if not keys:
-        return set()
+        return simulated
     query = AuthorizedRecipient.select(AuthorizedRecipient.email_key).where(
         AuthorizedRecipient.account == account.id,
         AuthorizedRecipient.status == VERIFIED,
         AuthorizedRecipient.email_key.in_(list(keys)),
     )
-    return {row.email_key for row in query}
+    return {row.email_key for row in query} | simulated
 
 
 def sender_allowed(account: Account, sender: str, config: Config) -> bool:

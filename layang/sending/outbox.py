@@ -26,6 +26,7 @@ from layang.db import (
 )
 from layang.models import (
     BOUNCE,
+    COMPLAINT,
     DELAY,
     DELIVERY,
     INJECTION,
@@ -34,6 +35,7 @@ from layang.models import (
     Recipient,
     Transmission,
 )
+from layang.sending import simulator
 from layang.sending.bounce_class import classify
 from layang.sending.events import append_events, event_batches, injection_batches
 from layang.sending.message import OutgoingMessage, domain_of
@@ -363,6 +365,7 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
     now = now_ms()
     outcomes: list[tuple[str, str, int, int | None]] = []
     details: dict[str, tuple[str, str]] = {}
+    complaining: set[str] = set()
     keep: list[tuple[bytes, str]] = []
     for attempt in attempts:
         if attempt.built and any(r.outcome == DEFERRED for r in attempt.results.values()):
@@ -373,6 +376,8 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
             )
             outcomes.append((recipient.id, status, recipient.attempts + 1, next_attempt))
             details[recipient.id] = (status, detail)
+            if status == DELIVERY and simulator.complains(recipient.address):
+                complaining.add(recipient.id)
     if not outcomes:
         return {}
     postgresql = is_postgresql()
@@ -390,6 +395,9 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
             for rid, (status, detail) in details.items()
             if rid in updated
         ]
+        # A simulator complaint follows its delivery, as a feedback report would.
+        complaint = json.dumps(simulator.COMPLAINT_DETAIL)
+        events += [(rid, COMPLAINT, now + 1, complaint) for rid in complaining & updated]
         append_events(events)
     for attempt in attempts:
         for recipient in attempt.recipients:

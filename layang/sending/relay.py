@@ -144,7 +144,7 @@ def relay_from_url(url: str, *, helo_name: str = "localhost", timeout: float = 6
         return CaptureRelay(Path(rest))
     if scheme not in ("smtp", "smtps") or not rest.startswith("//"):
         raise RelayConfigError(
-            f"unsupported relay URL {_redact(url)!r}: use smtp://, smtps:// or capture:DIR"
+            f"unsupported relay URL {redact_url(url)!r}: use smtp://, smtps:// or capture:DIR"
         )
     implicit_tls = scheme == "smtps"
     parts = urlsplit(url)
@@ -152,11 +152,11 @@ def relay_from_url(url: str, *, helo_name: str = "localhost", timeout: float = 6
         port = parts.port or (465 if implicit_tls else 25)
         host = parts.hostname
     except ValueError as error:
-        raise RelayConfigError(f"bad relay URL {_redact(url)!r}: {error}") from None
+        raise RelayConfigError(f"bad relay URL {redact_url(url)!r}: {error}") from None
     if not host:
-        raise RelayConfigError(f"relay URL {_redact(url)!r} names no host")
+        raise RelayConfigError(f"relay URL {redact_url(url)!r} names no host")
     if parts.path not in ("", "/") or parts.fragment:
-        raise RelayConfigError(f"relay URL {_redact(url)!r} has a path or fragment")
+        raise RelayConfigError(f"relay URL {redact_url(url)!r} has a path or fragment")
 
     options = _query_options(url, parts.query)
     tls = options.pop("tls", None)
@@ -209,8 +209,8 @@ def relay_from_url(url: str, *, helo_name: str = "localhost", timeout: float = 6
     )
 
 
-def _redact(url: str) -> str:
-    # Error messages end up in logs; the password must not.
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``: error messages end up in logs."""
     return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
 
 
@@ -220,7 +220,7 @@ def _query_options(url: str, query: str) -> dict[str, str]:
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
-        raise RelayConfigError(f"bad query in relay URL {_redact(url)!r}") from None
+        raise RelayConfigError(f"bad query in relay URL {redact_url(url)!r}") from None
     options: dict[str, str] = {}
     for key, value in pairs:
         if key in options:

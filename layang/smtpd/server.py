@@ -435,11 +435,21 @@ class SubmissionController(Controller):
         *,
         limits: ConnectionLimits,
         auth_timeout: float,
+        listener: socket.socket | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(handler, **kwargs)  # type: ignore[arg-type]
         self.limits = limits
         self.auth_timeout = auth_timeout
+        self.listener = listener
+
+    def _create_server(self) -> Any:
+        if self.listener is None:
+            return super()._create_server()
+        # Serve on the socket bound when the configuration was checked (layang.preflight).
+        return self.loop.create_server(
+            self._factory_invoker, sock=self.listener, ssl=self.ssl_context
+        )
 
     def factory(self) -> SMTP:
         return SubmissionSMTP(
@@ -447,11 +457,15 @@ class SubmissionController(Controller):
         )
 
 
-def submission_server(config: Config) -> SubmissionController:
-    """The configured server, not yet started (``.start()`` / ``.stop()``)."""
+def submission_server(
+    config: Config, listener: socket.socket | None = None
+) -> SubmissionController:
+    """The configured server, not yet started (``.start()`` / ``.stop()``), on ``listener`` (a
+    bound socket, which it then owns) or else on ``LAYANG_SMTP_BIND``."""
     host, port = config.smtp_host_port
     return SubmissionController(
         SubmissionHandler(config),
+        listener=listener,
         limits=ConnectionLimits(
             max_connections=config.smtp_max_connections,
             max_per_address=config.smtp_max_connections_per_address,

@@ -429,3 +429,28 @@ def test_internal_error_has_the_shape_and_no_trace(config):
     body = assert_error(response, 500, "internal_error")
     assert "secret internals" not in json.dumps(body)
     assert "Traceback" not in response.get_data(as_text=True)
+
+
+def test_addresses_may_be_strings_as_in_the_sdk(client, auth, upstream, relay_to):
+    from tests.conftest import drain
+
+    response = post(
+        client,
+        auth,
+        message(
+            **{"from": "Shop <shop@sender.test>"},
+            to=["Ana <ana@rcpt.test>", {"email": "bo@rcpt.test"}],
+            cc=["cy@rcpt.test"],
+            replyTo=["help@sender.test"],
+        ),
+    )
+    assert response.status_code == 200, response.get_json()
+    drain(relay_to(upstream))
+    (received,) = upstream.received
+    assert received.mail_from == "shop@sender.test"
+    assert received.message["From"] == "Shop <shop@sender.test>"
+    assert received.message["To"] == "Ana <ana@rcpt.test>, bo@rcpt.test"
+    assert received.message["Reply-To"] == "help@sender.test"
+    bad = post(client, auth, message(**{"from": "Shop <nowhere>"}))
+    assert_error(bad, 400, "validation_failed")
+    assert bad.get_json()["message"] == "from.email: Not a valid email address."
