@@ -43,6 +43,7 @@ from layang.sending.outbox import (
     renew_leases,
 )
 from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
+from layang.sending.return_path import ReturnPaths
 from layang.sending.tracking import Tracker
 
 log = logging.getLogger("layang.worker")
@@ -73,6 +74,7 @@ class Worker:
         self.policy = RetryPolicy(config.retry_base_seconds, config.max_delivery_seconds)
         self.tracker = Tracker(config.secret_key, config.public_url)
         self.signer = DkimSigner(config.secret_key)
+        self.return_paths = ReturnPaths(config.secret_key, config.bounce_domain)
         self.books = Bookkeeper(self)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
@@ -139,6 +141,7 @@ class Worker:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
         self.signer.load(t.account_id for t in transmissions.values())
+        self.return_paths.load(t.account_id for t in transmissions.values())
         self.books.hold(list(groups.values()))
         started = time.monotonic()
         sent = 0
@@ -180,7 +183,11 @@ class Worker:
         *,
         tracked: bool,
     ) -> None:
-        """One delivery attempt of one copy of the message to ``recipients``."""
+        """One delivery attempt of one copy of the message to ``recipients``.
+
+        Each recipient goes in a transaction of its own (on the same connection), because each
+        has its own envelope sender (its VERP return path) and its own ``X-Layang-Id`` header.
+        """
         built = None
         try:
             if message is None:
@@ -195,20 +202,29 @@ class Worker:
         except Exception as error:
             self.unbuildable(transmission, recipients, error)
             return
-        # Signed last, over the very bytes relayed; what is kept for retries stays unsigned, so
-        # a retry is signed with whichever key is active then.
-        raw = self.signer.sign(raw, transmission.account_id, transmission.from_domain)
-        addresses = [r.address for r in recipients]
-        with self.books.in_flight(), timed_relay():
-            result = self.relay.send(
-                transmission.mail_from,
-                addresses,
-                raw,
-                reference=transmission.id,
-                # What compose wrote has CRLF line ends only; submitted bytes are checked.
-                crlf_clean=message is not None,
+        results: dict[str, RecipientResult] = {}
+        for recipient in recipients:
+            # Signed last, over the very bytes relayed; what is kept for retries stays
+            # unsigned, so a retry is signed with whichever key is active then.
+            copy = self.signer.sign(
+                self.return_paths.header(recipient.id) + raw,
+                transmission.account_id,
+                transmission.from_domain,
             )
-        self.books.add(Attempt(recipients, result.by_recipient(), built))
+            mail_from = self.return_paths.address(
+                recipient.id, transmission.account_id, transmission.from_domain
+            )
+            with self.books.in_flight(), timed_relay():
+                result = self.relay.send(
+                    mail_from,
+                    [recipient.address],
+                    copy,
+                    reference=transmission.id,
+                    # What compose wrote has CRLF line ends only; submitted bytes are checked.
+                    crlf_clean=message is not None,
+                )
+            results.update(result.by_recipient())
+        self.books.add(Attempt(recipients, results, built))
 
     def unbuildable(
         self,
