@@ -54,7 +54,8 @@ def main() -> None:
 
 @main.command()
 def run() -> None:
-    """HTTP API, sender worker and SMTP server in one process (development, embedded defaults)."""
+    """HTTP API, sender worker, SMTP submission and inbound servers in one process
+    (development, embedded defaults)."""
     from layang.serving import on_stop_signal, run_all
 
     config = load_service_config()
@@ -107,6 +108,56 @@ def smtpd() -> None:
     stop = threading.Event()
     on_stop_signal(stop)
     run_smtpd(config, stop)
+
+
+@main.group(invoke_without_command=True)
+@click.pass_context
+def inbound(context: click.Context) -> None:
+    """The inbound SMTP server for bounce and complaint reports (the return-path MX)."""
+    if context.invoked_subcommand is not None:
+        return
+    from layang.serving import on_stop_signal, run_inbound
+
+    config = load_service_config()
+    open_db(config)
+    stop = threading.Event()
+    on_stop_signal(stop)
+    run_inbound(config, stop)
+
+
+@inbound.command("list")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+def inbound_list(limit: int) -> None:
+    """Inbound mail that was not a readable report, newest first."""
+    from layang.domain.feedback import list_unrecognised
+
+    open_db(load_config())
+    emit(
+        [
+            {
+                "id": entry.id,
+                "receivedAt": iso_ms(entry.received_at),
+                "mailFrom": entry.mail_from,
+                "rcptTo": list(entry.rcpt_to),
+                "size": entry.size,
+                "reason": entry.reason,
+                "subject": _subject(entry.raw),
+            }
+            for entry in list_unrecognised(limit)
+        ]
+    )
+
+
+def _subject(raw: bytes) -> str:
+    from email.parser import BytesHeaderParser
+    from email.policy import compat32
+
+    head = raw.split(b"\r\n\r\n", 1)[0][:65536]
+    try:
+        value = BytesHeaderParser(policy=compat32).parsebytes(head).get("Subject", "")
+        return " ".join(str(value).split())[:200]
+    except Exception:  # a listing must show even what does not parse
+        return ""
 
 
 @main.group()

@@ -237,12 +237,27 @@ def _idempotency_rate_limits_scopes(t: Dialect) -> list[str]:
     ]
 
 
+def _inbound_messages(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "inbound_message" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "received_at" {t.bigint} NOT NULL,
+            "mail_from" TEXT NOT NULL,
+            "rcpt_to" TEXT NOT NULL,
+            "size" INTEGER NOT NULL,
+            "raw" {t.blob} NOT NULL,
+            "reason" TEXT NOT NULL)""",
+        'CREATE INDEX "inbound_message_received_at" ON "inbound_message" ("received_at")',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
     Migration(3, "templates", _templates),
     Migration(4, "sending domains and DKIM keys", _sending_domains),
     Migration(5, "idempotency keys, rate limits, key scopes", _idempotency_rate_limits_scopes),
+    Migration(6, "unrecognised inbound mail", _inbound_messages),
 )
 
 

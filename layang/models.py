@@ -24,8 +24,11 @@ DELIVERY = "Delivery"
 BOUNCE = "Bounce"
 OPEN = "Open"
 CLICK = "Click"
+COMPLAINT = "Complaint"
+SUPPRESSED = "Suppressed"
+UNSUBSCRIBE = "Unsubscribe"
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE)
-EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK)
+EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, SUPPRESSED, UNSUBSCRIBE)
 
 
 class BaseModel(peewee.Model):
@@ -230,6 +233,21 @@ class RateWindow(BaseModel):
 
 
 MODELS.extend([IdempotencyKey, IdempotencyAnswer, RateWindow])
+
+
+class InboundMessage(BaseModel):
+    """Mail the inbound server accepted but could not read as a bounce or complaint report,
+    kept for inspection (``layang inbound list``); ``raw`` is cut at ``RAW_KEPT_BYTES``."""
+
+    received_at = peewee.BigIntegerField(index=True)
+    mail_from = peewee.TextField()
+    rcpt_to = peewee.TextField()
+    size = peewee.IntegerField()
+    raw = peewee.BlobField()
+    reason = peewee.TextField()
+
+
+MODELS.append(InboundMessage)
 
 
 # The template store's tables live in the same database as everything else.

@@ -127,10 +127,22 @@ def run_smtpd(config: Config, stop: threading.Event) -> None:
     server.stop()
 
 
+def run_inbound(config: Config, stop: threading.Event) -> None:
+    """``layang inbound``: the bounce and complaint server until ``stop``."""
+    from layang.inbound.server import inbound_server
+
+    server = inbound_server(config)
+    server.start()
+    log.info("inbound smtp listening on %s", config.inbound_bind)
+    stop.wait()
+    server.stop()
+
+
 def run_all(
     config: Config, stop: threading.Event, on_ready: Callable[[], None] | None = None
 ) -> None:
-    """``layang run``: HTTP API, sender worker and SMTP server in one process until ``stop``."""
+    """``layang run``: HTTP API, sender worker, SMTP submission and inbound servers in one
+    process until ``stop``."""
     from layang.app import create_app
 
     app = create_app(config)
@@ -140,14 +152,16 @@ def run_all(
         threading.Thread(target=http.serve_forever, name="http", daemon=True),
         threading.Thread(target=run_worker, args=(config, stop), name="worker"),
         threading.Thread(target=run_smtpd, args=(config, stop), name="smtpd"),
+        threading.Thread(target=run_inbound, args=(config, stop), name="inbound"),
     ]
     for thread in threads:
         thread.start()
     log.info(
-        "layang running http=http://%s:%d smtp=%s relay=%s pid=%d",
+        "layang running http=http://%s:%d smtp=%s inbound=%s relay=%s pid=%d",
         host,
         port,
         config.smtp_bind,
+        config.inbound_bind,
         config.relay_url,
         os.getpid(),
     )
