@@ -33,7 +33,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# In place of bench/ itself, whose dkim.py would otherwise shadow dkimpy's "import dkim".
+sys.path[0] = str(ROOT)
 
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402

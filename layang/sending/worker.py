@@ -204,15 +204,16 @@ class Worker:
             return
         results: dict[str, RecipientResult] = {}
         for recipient in recipients:
+            token = self.return_paths.token(recipient.id)
             # Signed last, over the very bytes relayed; what is kept for retries stays
             # unsigned, so a retry is signed with whichever key is active then.
             copy = self.signer.sign(
-                self.return_paths.header(recipient.id) + raw,
+                self.return_paths.header(token) + raw,
                 transmission.account_id,
                 transmission.from_domain,
             )
             mail_from = self.return_paths.address(
-                recipient.id, transmission.account_id, transmission.from_domain
+                token, transmission.account_id, transmission.from_domain
             )
             with self.books.in_flight(), timed_relay():
                 result = self.relay.send(

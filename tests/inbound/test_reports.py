@@ -414,3 +414,29 @@ def test_layang_run_starts_the_inbound_server_and_stops_it_on_ctrl_c(config, tmp
         assert "layang stopped" in log_path.read_text()
     finally:
         stop(server)
+
+
+def test_no_one_can_put_their_own_x_layang_id_in_a_message(client, auth):
+    from layang.smtpd.submitted import prepare_submission
+
+    forged = "a" * 42
+    response = client.post(
+        URL,
+        json={
+            "from": {"email": "shop@sender.test"},
+            "subject": "S",
+            "to": [{"email": RECIPIENT}],
+            "bodyText": "x",
+            "headers": [{"name": "X-Layang-Id", "value": forged}],
+        },
+        headers=auth,
+    )
+    assert response.status_code == 400
+    assert "X-Layang-Id" in response.get_json()["message"]
+    submitted = prepare_submission(
+        f"From: shop@sender.test\r\nX-Layang-Id: {forged}\r\nSubject: S\r\n\r\nx\r\n".encode(),
+        "01jdz4aaaaaaaaaaaaaaaaaaaa",
+        0,
+        "shop@sender.test",
+    )
+    assert forged.encode() not in submitted.raw
