@@ -19,7 +19,7 @@ import pytest
 from layang.config import Config
 from layang.inbound.server import InboundController, inbound_server
 from layang.sending.return_path import InvalidReturnPath, ReturnPaths
-from tests.conftest import drain
+from tests.conftest import BACKENDS, drain
 from tests.sending.test_crash import ROOT, free_port
 
 URL = "/v1/layang/transmissions"
@@ -113,6 +113,7 @@ def test_the_envelope_sender_is_a_signed_verp_address_naming_the_record(
         ReturnPaths("another-secret", domain).read_address(verp)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_failed_dsn_turns_a_delivered_record_into_a_hard_bounce(
     client, auth, upstream, relay_to, inbound
 ):
@@ -183,6 +184,7 @@ def arf(original_headers: str, to: str) -> bytes:
     ).encode()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_complaint_to_fbl_finds_its_record_by_the_originals_return_path(
     client, auth, upstream, relay_to, inbound
 ):
