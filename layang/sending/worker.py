@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
@@ -42,7 +43,7 @@ from layang.sending.outbox import (
     release_leases,
     renew_leases,
 )
-from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
+from layang.sending.relay import BOUNCED, DEFERRED, RecipientResult, Relay, relay_from_url
 from layang.sending.return_path import ReturnPaths
 from layang.sending.tracking import Tracker
 
@@ -203,7 +204,7 @@ class Worker:
             self.unbuildable(transmission, recipients, error)
             return
         results: dict[str, RecipientResult] = {}
-        for recipient in recipients:
+        for index, recipient in enumerate(recipients):
             token = self.return_paths.token(recipient.id)
             # Signed last, over the very bytes relayed; what is kept for retries stays
             # unsigned, so a retry is signed with whichever key is active then.
@@ -225,6 +226,13 @@ class Worker:
                     crlf_clean=message is not None,
                 )
             results.update(result.by_recipient())
+            (outcome,) = result.recipients
+            if outcome.outcome == DEFERRED and outcome.code in (0, 421):
+                # The relay is unreachable, timed out or closing: trying each remaining
+                # recipient would wait out the same failure once per recipient.
+                for rest in recipients[index + 1 :]:
+                    results[rest.address] = replace(outcome, recipient=rest.address)
+                break
         self.books.add(Attempt(recipients, results, built))
 
     def unbuildable(

@@ -263,6 +263,29 @@ def test_undeliverable_until_expiry_bounces_as_expired(client, auth, upstream, r
     assert '"reason": "expired"' in Event.get(Event.status == "Bounce").detail
 
 
+def test_an_unreachable_upstream_is_tried_once_per_message_not_once_per_recipient(
+    client, auth, upstream, relay_to
+):
+    upstream.stop()
+    send(client, auth, cc=[{"email": "c1@rcpt.test"}, {"email": "c2@rcpt.test"}])
+    worker = relay_to(upstream)
+    relay, calls = worker.relay, []
+
+    class CountingRelay:
+        def send(self, *args, **kwargs):
+            calls.append(args[1])
+            return relay.send(*args, **kwargs)
+
+        def close(self):
+            relay.close()
+
+    worker.relay = CountingRelay()
+    worker.run_once()
+    assert len(calls) == 1  # each recipient has its own transaction, but one refusal is enough
+    assert {r.status for r in Recipient.select()} == {"Delay"}
+    assert all("refused" in e.detail for e in Event.select().where(Event.status == "Delay"))
+
+
 def test_unreachable_upstream_is_a_delay(client, auth, upstream, relay_to):
     url = upstream.url
     upstream.stop()
