@@ -24,6 +24,7 @@ from layang.preflight import (
     CREATE,
     EXISTING,
     HTTP,
+    INBOUND,
     SMTP,
     WORKER_METRICS,
     DatabaseUnreachable,
@@ -89,6 +90,7 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
 )
+INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
 
@@ -195,11 +197,12 @@ def main() -> None:
 
 
 EVERYTHING = Uses(
-    Needs(CREATE, relay=True, smtp_tls=True, listeners=(HTTP, SMTP, WORKER_METRICS)),
+    Needs(CREATE, relay=True, smtp_tls=True, listeners=(HTTP, SMTP, INBOUND, WORKER_METRICS)),
     STORE,
     API,
     SUBMISSION,
     DELIVERY,
+    INBOUND_SETTINGS,
     LOGS,
 )
 
@@ -207,7 +210,8 @@ EVERYTHING = Uses(
 @EVERYTHING
 @main.command()
 def run() -> None:
-    """HTTP API, sender worker and SMTP server in one process (development, embedded defaults)."""
+    """HTTP API, sender worker, SMTP submission and inbound servers in one process
+    (development, embedded defaults)."""
     from layang.serving import on_stop_signal, run_all
 
     config, listeners = prepare(service=True)
@@ -266,6 +270,60 @@ def smtpd() -> None:
     stop = threading.Event()
     on_stop_signal(stop)
     serve_until(stop, server)
+
+
+@Uses(Needs(CREATE, listeners=(INBOUND,)), STORE, INBOUND_SETTINGS, LOGS)
+@main.group(invoke_without_command=True)
+@click.pass_context
+def inbound(context: click.Context) -> None:
+    """The inbound SMTP server for bounce and complaint reports (the return-path MX)."""
+    if context.invoked_subcommand is not None:
+        return
+    from layang.serving import on_stop_signal, serve_until, start_inbound
+
+    config, listeners = prepare(service=True)
+    open_db(config)
+    server = start_inbound(config, listeners.take(INBOUND))
+    stop = threading.Event()
+    on_stop_signal(stop)
+    serve_until(stop, server)
+
+
+@Uses(Needs(EXISTING), STORE)
+@inbound.command("list")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+def inbound_list(limit: int) -> None:
+    """Inbound mail that was not a readable report, newest first."""
+    from layang.domain.feedback import list_unrecognised
+
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    emit(
+        [
+            {
+                "id": entry.id,
+                "receivedAt": iso_ms(entry.received_at),
+                "mailFrom": entry.mail_from,
+                "rcptTo": list(entry.rcpt_to),
+                "size": entry.size,
+                "reason": entry.reason,
+                "subject": _subject(entry.raw),
+            }
+            for entry in list_unrecognised(limit)
+        ]
+    )
+
+
+def _subject(raw: bytes) -> str:
+    from email.parser import BytesHeaderParser
+    from email.policy import compat32
+
+    head = raw.split(b"\r\n\r\n", 1)[0][:65536]
+    try:
+        value = BytesHeaderParser(policy=compat32).parsebytes(head).get("Subject", "")
+        return " ".join(str(value).split())[:200]
+    except Exception:  # a listing must show even what does not parse
+        return ""
 
 
 @main.group()

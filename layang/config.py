@@ -133,6 +133,13 @@ def _rate_limit(raw: str, name: str) -> RateLimit:
     return RateLimit(int(count), seconds)
 
 
+def _domain(raw: str, name: str) -> str:
+    value = raw.strip().rstrip(".").lower()
+    if "@" in value or not value or any(c.isspace() for c in value):
+        raise ConfigError(f"{name} must be a domain name, not {raw!r}")
+    return value
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -165,9 +172,8 @@ class Config:
     """The whole configuration. ``secret_key`` has no default: ``from_env`` resolves it (from
     ``LAYANG_SECRET_KEY`` or the data dir), so a Config never lacks one.
 
-    An empty ``database_url``, ``relay_url`` or ``public_url`` means the embedded default
-    derived from ``data_dir`` or ``http_bind``; an empty ``bounce_domain`` means
-    ``bounces.<host of public_url>``.
+    An empty ``database_url``, ``relay_url``, ``public_url`` or ``bounce_domain`` means the
+    embedded default derived from ``data_dir``, ``http_bind`` or ``public_url``.
     """
 
     # _setting returns a dataclasses.field(), not a call shared by every instance.
@@ -229,8 +235,9 @@ class Config:
     rate_limit: RateLimit | None = _setting(  # noqa: RUF009
         "LAYANG_RATE_LIMIT", _rate_limit, shown="unset (no limit)", default=None
     )
+    inbound_bind: str = _setting("LAYANG_INBOUND_BIND", _bind, default="127.0.0.1:2525")
     bounce_domain: str = _setting(
-        "LAYANG_BOUNCE_DOMAIN", shown="bounces.<host of LAYANG_PUBLIC_URL>", default=""
+        "LAYANG_BOUNCE_DOMAIN", _domain, shown="bounces.<host of LAYANG_PUBLIC_URL>", default=""
     )
     webhook_retry_schedule: tuple[float, ...] = _setting(
         "LAYANG_WEBHOOK_RETRY_SCHEDULE",
@@ -249,8 +256,8 @@ class Config:
             "relay_url": self.relay_url or in_data_dir["relay_url"],
             "public_url": (self.public_url or f"http://{self.http_bind}").rstrip("/"),
         }
-        host = urlsplit(derived["public_url"]).hostname or "localhost"
-        derived["bounce_domain"] = (self.bounce_domain or f"bounces.{host}").lower()
+        public_host = urlsplit(derived["public_url"]).hostname or "localhost"
+        derived["bounce_domain"] = self.bounce_domain or f"bounces.{public_host.rstrip('.')}"
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: settle the defaults once, here
 
@@ -311,6 +318,10 @@ class Config:
         if not self.dns_resolver:
             return ()
         return parse_resolvers(self.dns_resolver, "LAYANG_DNS_RESOLVER")
+
+    @property
+    def inbound_host_port(self) -> tuple[str, int]:
+        return parse_bind(self.inbound_bind, "LAYANG_INBOUND_BIND")
 
     @property
     def smtp_host_port(self) -> tuple[str, int]:

@@ -237,6 +237,20 @@ def _idempotency_rate_limits_scopes(t: Dialect) -> list[str]:
     ]
 
 
+def _inbound_messages(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "inbound_message" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "received_at" {t.bigint} NOT NULL,
+            "mail_from" TEXT NOT NULL,
+            "rcpt_to" TEXT NOT NULL,
+            "size" INTEGER NOT NULL,
+            "raw" {t.blob} NOT NULL,
+            "reason" TEXT NOT NULL)""",
+        'CREATE INDEX "inbound_message_received_at" ON "inbound_message" ("received_at")',
+    ]
+
+
 def _suppressions(t: Dialect) -> list[str]:
     return [
         f"""CREATE TABLE "suppression" (
@@ -323,6 +337,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "templates", _templates),
     Migration(4, "sending domains and DKIM keys", _sending_domains),
     Migration(5, "idempotency keys, rate limits, key scopes", _idempotency_rate_limits_scopes),
+    Migration(6, "unrecognised inbound mail", _inbound_messages),
     Migration(7, "suppression list", _suppressions),
     Migration(8, "webhooks", _webhooks),
 )

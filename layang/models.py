@@ -270,6 +270,21 @@ class Suppression(BaseModel):
 MODELS.append(Suppression)
 
 
+class InboundMessage(BaseModel):
+    """Mail the inbound server accepted but could not read as a bounce or complaint report,
+    kept for inspection (``layang inbound list``); ``raw`` is cut at ``RAW_KEPT_BYTES``."""
+
+    received_at = peewee.BigIntegerField(index=True)
+    mail_from = peewee.TextField()
+    rcpt_to = peewee.TextField()
+    size = peewee.IntegerField()
+    raw = peewee.BlobField()
+    reason = peewee.TextField()
+
+
+MODELS.append(InboundMessage)
+
+
 # The template store's tables live in the same database as everything else.
 for _model in templates_store.MODELS:
     _model.bind(database)

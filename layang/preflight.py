@@ -56,6 +56,7 @@ class Listener:
 HTTP = Listener("LAYANG_HTTP_BIND", "http_bind")
 SMTP = Listener("LAYANG_SMTP_BIND", "smtp_bind")
 WORKER_METRICS = Listener("LAYANG_WORKER_METRICS_BIND", "worker_metrics_bind")
+INBOUND = Listener("LAYANG_INBOUND_BIND", "inbound_bind")
 
 
 @dataclass(frozen=True)

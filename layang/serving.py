@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from werkzeug.serving import make_server
 
 from layang.config import Config
-from layang.preflight import HTTP, SMTP, WORKER_METRICS, Listeners
+from layang.preflight import HTTP, INBOUND, SMTP, WORKER_METRICS, Listeners
 
 if TYPE_CHECKING:
+    from layang.inbound.server import InboundController
     from layang.sending.worker import Worker
     from layang.smtpd.server import SubmissionController
 
@@ -165,9 +166,19 @@ def start_smtpd(config: Config, listener: socket.socket | None = None) -> Submis
     return server
 
 
-def serve_until(stop: threading.Event, server: SubmissionController) -> None:
+def serve_until(stop: threading.Event, server: SubmissionController | InboundController) -> None:
     stop.wait()
     server.stop()
+
+
+def start_inbound(config: Config, listener: socket.socket | None = None) -> InboundController:
+    """The bounce and complaint server, started on ``listener`` (or on ``LAYANG_INBOUND_BIND``)."""
+    from layang.inbound.server import inbound_server
+
+    server = inbound_server(config, listener)
+    server.start()
+    log.info("inbound smtp listening on %s", config.inbound_bind)
+    return server
 
 
 def run_all(
@@ -176,7 +187,8 @@ def run_all(
     listeners: Listeners,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """``layang run``: HTTP API, sender worker and SMTP server in one process until ``stop``.
+    """``layang run``: HTTP API, sender worker, SMTP submission and inbound servers in one
+    process until ``stop``.
 
     Everything that can fail at start (the database, the servers on ``listeners``) is set up
     before any of them runs, so a failure leaves nothing half started.
@@ -192,22 +204,30 @@ def run_all(
         http_listener.close()  # the server serves its own copy
     try:
         smtpd = start_smtpd(config, listeners.take(SMTP))
+    except BaseException:
+        http.server_close()
+        raise
+    try:
+        inbound = start_inbound(config, listeners.take(INBOUND))
         worker = start_worker(config, listeners.take(WORKER_METRICS))
     except BaseException:
         http.server_close()
+        smtpd.stop()
         raise
     threads = [
         threading.Thread(target=http.serve_forever, name="http", daemon=True),
         threading.Thread(target=run_sender, args=(config, worker, stop), name="worker"),
         threading.Thread(target=serve_until, args=(stop, smtpd), name="smtpd"),
+        threading.Thread(target=serve_until, args=(stop, inbound), name="inbound"),
     ]
     for thread in threads:
         thread.start()
     log.info(
-        "layang running http=http://%s:%d smtp=%s relay=%s pid=%d",
+        "layang running http=http://%s:%d smtp=%s inbound=%s relay=%s pid=%d",
         host,
         port,
         config.smtp_bind,
+        config.inbound_bind,
         config.relay_url,
         os.getpid(),
     )

@@ -45,6 +45,7 @@ DOCUMENTED = {
     "dns_resolver": "",
     "require_verified_domain": False,
     "inbound_host": "",
+    "inbound_bind": "127.0.0.1:2525",
     "bounce_domain": "bounces.127.0.0.1",
     "rate_limit": None,
     "webhook_retry_schedule": (5, 300, 1800, 7200, 18000, 36000, 36000),
@@ -105,6 +106,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_DNS_RESOLVER": "127.0.0.1:5353,[::1]:53",
         "LAYANG_REQUIRE_VERIFIED_DOMAIN": "true",
         "LAYANG_INBOUND_HOST": "mx.example.com",
+        "LAYANG_INBOUND_BIND": "0.0.0.0:25",
+        "LAYANG_BOUNCE_DOMAIN": "Bounces.Example.com.",
         "LAYANG_RATE_LIMIT": "1000/min",
         "LAYANG_WEBHOOK_RETRY_SCHEDULE": "1,1,2",
         "LAYANG_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -114,6 +117,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
     for setting in fields(Config):
         assert getattr(config, setting.name) != getattr(defaults, setting.name), setting.name
     assert config.public_url == "https://mail.example.com"
+    assert config.bounce_domain == "bounces.example.com"
     assert (config.log_level, config.log_format) == ("DEBUG", "json")
     assert config.dns_resolvers == (("127.0.0.1", 5353), ("::1", 53))
     assert (config.rate_limit.count, config.rate_limit.seconds) == (1000, 60)

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "layang.api": 3,
     "layang.smtpd": 3,
+    "layang.inbound": 3,
     "layang.web": 3,
     "layang.app": 3,
     "layang.cli": 3,

@@ -61,6 +61,7 @@ RESERVED_HEADERS = frozenset(
         "mime-version",
         "dkim-signature",
         "return-path",
+        "x-layang-id",
     )
 )
 

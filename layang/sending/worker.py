@@ -44,7 +44,8 @@ from layang.sending.outbox import (
     release_leases,
     renew_leases,
 )
-from layang.sending.relay import BOUNCED, RecipientResult, Relay, relay_from_url
+from layang.sending.relay import BOUNCED, DEFERRED, RecipientResult, Relay, relay_from_url
+from layang.sending.return_path import ReturnPaths
 from layang.sending.suppression import applies, suppressed_recipients
 from layang.sending.tracking import Tracker
 from layang.sending.unsubscribe import HEADER_NAMES as UNSUBSCRIBE_HEADERS
@@ -81,6 +82,7 @@ class Worker:
             config.secret_key, config.public_url, config.bounce_domain
         )
         self.signer = DkimSigner(config.secret_key)
+        self.return_paths = ReturnPaths(config.secret_key, config.bounce_domain)
         self.books = Bookkeeper(self)
         # Set when a cycle broke off: the rest of its batch is handed back once the database
         # answers again, rather than waiting for the lease to run out.
@@ -148,6 +150,7 @@ class Worker:
         transmissions = load_transmissions(list(groups))
         groups = self.without_suppressed(groups, transmissions)
         self.signer.load(t.account_id for t in transmissions.values())
+        self.return_paths.load(t.account_id for t in transmissions.values())
         self.books.hold(list(groups.values()))
         started = time.monotonic()
         sent = 0
@@ -212,7 +215,11 @@ class Worker:
         *,
         personal: bool,
     ) -> None:
-        """One delivery attempt of one copy of the message to ``recipients``."""
+        """One delivery attempt of one copy of the message to ``recipients``.
+
+        Each recipient goes in a transaction of its own (on the same connection), because each
+        has its own envelope sender (its VERP return path) and its own ``X-Layang-Id`` header.
+        """
         built = None
         try:
             if message is None:
@@ -227,27 +234,42 @@ class Worker:
         except Exception as error:
             self.unbuildable(transmission, recipients, error)
             return
-        # Signed last, over the very bytes relayed; what is kept for retries stays unsigned, so
-        # a retry is signed with whichever key is active then.
-        raw = self.signer.sign(raw, transmission.account_id, transmission.from_domain)
         # Simulator mailboxes never reach the relay: their outcome is made up here.
-        results = {
+        results: dict[str, RecipientResult] = {
             r.address: simulator.simulate(r.address, r.attempts + 1)
             for r in recipients
             if simulator.is_simulated(r.address)
         }
-        addresses = [r.address for r in recipients if r.address not in results]
-        if addresses:
+        relayed = [r for r in recipients if r.address not in results]
+        for index, recipient in enumerate(relayed):
+            token = self.return_paths.token(recipient.id)
+            # Signed last, over the very bytes relayed; what is kept for retries stays
+            # unsigned, so a retry is signed with whichever key is active then.
+            copy = self.signer.sign(
+                self.return_paths.header(token) + raw,
+                transmission.account_id,
+                transmission.from_domain,
+            )
+            mail_from = self.return_paths.address(
+                token, transmission.account_id, transmission.from_domain
+            )
             with self.books.in_flight(), timed_relay():
                 result = self.relay.send(
-                    transmission.mail_from,
-                    addresses,
-                    raw,
+                    mail_from,
+                    [recipient.address],
+                    copy,
                     reference=transmission.id,
                     # What compose wrote has CRLF line ends only; submitted bytes are checked.
                     crlf_clean=message is not None,
                 )
             results.update(result.by_recipient())
+            (outcome,) = result.recipients
+            if outcome.outcome == DEFERRED and outcome.code in (0, 421):
+                # The relay is unreachable, timed out or closing: trying each remaining
+                # recipient would wait out the same failure once per recipient.
+                for rest in relayed[index + 1 :]:
+                    results[rest.address] = replace(outcome, recipient=rest.address)
+                break
         self.books.add(Attempt(recipients, results, built))
 
     def unbuildable(

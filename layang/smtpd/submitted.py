@@ -59,11 +59,13 @@ def prepare_submission(
     data: bytes, transmission_id: str, accepted_at_ms: int, mail_from: str
 ) -> PreparedMessage:
     """The message as it will be relayed: any Bcc and Idempotency-Key header removed (the key
-    is kept aside), Message-ID and Date added when missing; plus what Activity shows of it."""
+    is kept aside), and any X-Layang-Id (only the worker writes it: it names the email a
+    complaint is about), Message-ID and Date added when missing; plus what Activity shows of
+    it."""
     lines, rest = _split(data)
     all_fields = _fields(lines)
     keys = [f for f in all_fields if _name(f) == "idempotency-key"]
-    fields = [f for f in all_fields if _name(f) not in ("bcc", "idempotency-key")]
+    fields = [f for f in all_fields if _name(f) not in ("bcc", "idempotency-key", "x-layang-id")]
     present = {_name(f) for f in fields}
     headers = BytesHeaderParser(policy=policy.default).parsebytes(
         b"\r\n".join(line for f in fields for line in f) + b"\r\n\r\n"

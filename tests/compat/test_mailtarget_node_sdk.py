@@ -158,6 +158,7 @@ def test_every_public_field(live_server, api_key, layang, upstream, relay_to):
 
     # transactional: false gives each recipient a copy with its own unsubscribe link.
     received = received_by(upstream, "ana@rcpt.example")
+    # One transaction per recipient (each has its own return path).
     assert sorted(r for copy in upstream.received for r in copy.rcpt_tos) == sorted(
         ["ana@rcpt.example", "cy@rcpt.example", "dee@rcpt.example"]
     )

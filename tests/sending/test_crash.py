@@ -32,6 +32,7 @@ def process_env(config, **extra):
         LAYANG_SECRET_KEY=config.secret_key,
         LAYANG_WORKER_POLL_SECONDS="0.05",
         LAYANG_RETRY_BASE_SECONDS="0.1",
+        LAYANG_INBOUND_BIND=f"127.0.0.1:{free_port()}",
         PYTHONUNBUFFERED="1",
     )
     env.update({k: str(v) for k, v in extra.items()})

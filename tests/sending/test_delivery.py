@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import time
 
 import pytest
@@ -50,7 +51,8 @@ def test_text_only(client, auth, upstream, relay_to):
     )
     drain(relay_to(upstream))
     (received,) = upstream.received
-    assert received.mail_from == "shop@sender.test"
+    assert received.mail_from.startswith("b+")  # its VERP return path (tests/inbound)
+    assert received.mail_from.endswith("@bounces.127.0.0.1")
     assert received.rcpt_tos == ["ana@rcpt.test"]
     msg = received.message
     assert msg["From"] == "Shop <shop@sender.test>"
@@ -132,9 +134,15 @@ def test_cc(client, auth, upstream, relay_to):
         client, auth, cc=[{"email": "c1@rcpt.test", "name": "C One"}, {"email": "c2@rcpt.test"}]
     )
     drain(relay_to(upstream))
-    (received,) = upstream.received
-    assert sorted(received.rcpt_tos) == ["ana@rcpt.test", "c1@rcpt.test", "c2@rcpt.test"]
-    assert received.message["Cc"] == "C One <c1@rcpt.test>, c2@rcpt.test"
+    # One transaction each: every recipient has its own return path.
+    received = upstream.received
+    assert sorted(r for m in received for r in m.rcpt_tos) == [
+        "ana@rcpt.test",
+        "c1@rcpt.test",
+        "c2@rcpt.test",
+    ]
+    assert len({m.mail_from for m in received}) == 3
+    assert {m.message["Cc"] for m in received} == {"C One <c1@rcpt.test>, c2@rcpt.test"}
     assert events(tid, "c2@rcpt.test") == ["Injection", "Delivery"]
 
 
@@ -146,11 +154,13 @@ def test_bcc_receives_but_appears_in_no_header(client, auth, upstream, relay_to)
         bcc=[{"email": "hidden1@secret.test"}, {"email": "hidden2@secret.test"}],
     )
     drain(relay_to(upstream))
-    (received,) = upstream.received
-    assert "hidden1@secret.test" in received.rcpt_tos
-    assert "hidden2@secret.test" in received.rcpt_tos
-    assert b"secret.test" not in received.data
-    assert received.message["Bcc"] is None
+    received = upstream.received
+    assert {r for m in received for r in m.rcpt_tos} >= {
+        "hidden1@secret.test",
+        "hidden2@secret.test",
+    }
+    assert all(b"secret.test" not in m.data for m in received)
+    assert all(m.message["Bcc"] is None for m in received)
     assert events(tid, "hidden1@secret.test") == ["Injection", "Delivery"]
     kinds = {r.address: r.recipient_type for r in Recipient.select()}
     assert kinds["hidden2@secret.test"] == "bcc"
@@ -230,12 +240,16 @@ def test_permanent_failure_bounces_after_one_attempt(client, auth, upstream, rel
     assert upstream.received[0].rcpt_tos == ["ok@rcpt.test"]
 
 
-def test_data_rejection_applies_to_every_accepted_recipient(client, auth, upstream, relay_to):
+def test_a_data_rejection_applies_to_the_recipient_of_its_transaction(
+    client, auth, upstream, relay_to
+):
+    # Each recipient has a transaction of its own (its own return path): a refused message
+    # bounces the recipient it was for, not the others.
     upstream.script_data("554 5.6.0 Message rejected")
     tid = send(client, auth, cc=[{"email": "c@rcpt.test"}])
     drain(relay_to(upstream))
-    assert events(tid, "ana@rcpt.test") == ["Injection", "Bounce"]
-    assert events(tid, "c@rcpt.test") == ["Injection", "Bounce"]
+    outcomes = sorted([events(tid, "ana@rcpt.test"), events(tid, "c@rcpt.test")])
+    assert outcomes == [["Injection", "Bounce"], ["Injection", "Delivery"]]
 
 
 def test_undeliverable_until_expiry_bounces_as_expired(client, auth, upstream, relay_to):
@@ -247,6 +261,29 @@ def test_undeliverable_until_expiry_bounces_as_expired(client, auth, upstream, r
     assert statuses[0] == "Injection" and statuses[-1] == "Bounce"
     assert set(statuses[1:-1]) == {"Delay"}
     assert '"reason": "expired"' in Event.get(Event.status == "Bounce").detail
+
+
+def test_an_unreachable_upstream_is_tried_once_per_message_not_once_per_recipient(
+    client, auth, upstream, relay_to
+):
+    upstream.stop()
+    send(client, auth, cc=[{"email": "c1@rcpt.test"}, {"email": "c2@rcpt.test"}])
+    worker = relay_to(upstream)
+    relay, calls = worker.relay, []
+
+    class CountingRelay:
+        def send(self, *args, **kwargs):
+            calls.append(args[1])
+            return relay.send(*args, **kwargs)
+
+        def close(self):
+            relay.close()
+
+    worker.relay = CountingRelay()
+    worker.run_once()
+    assert len(calls) == 1  # each recipient has its own transaction, but one refusal is enough
+    assert {r.status for r in Recipient.select()} == {"Delay"}
+    assert all("refused" in e.detail for e in Event.select().where(Event.status == "Delay"))
 
 
 def test_unreachable_upstream_is_a_delay(client, auth, upstream, relay_to):
@@ -298,7 +335,9 @@ def test_capture_sink_writes_eml(client, auth, config, kind):
     assert len(files) == 2
     contents = [f.read_bytes() for f in files]
     assert any(
-        c.startswith(b"Return-Path: <shop@sender.test>\r\nDelivered-To: b@rcpt.test")
+        re.match(
+            rb"Return-Path: <b\+[a-z2-7]{42}@bounces\.127\.0\.0\.1>\r\nDelivered-To: b@rcpt", c
+        )
         for c in contents
     )
     assert all(f"Message-ID: <{tid}@sender.test>".encode() in c for c in contents)

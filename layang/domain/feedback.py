@@ -1,0 +1,257 @@
+"""Feedback from the recipients' side: bounce reports and complaints that come back by mail.
+
+The inbound server (``layang inbound``) accepts mail only for the addresses ``mailbox_for``
+knows: a VERP return path this installation signed whose record exists, or ``fbl@``/``abuse@``
+of a return-path domain. It reads each message into one of the reports below and hands it to
+``record_inbound``, which adds the event to the email's record (through ``append_events``, so
+suppression and webhooks follow) or, when the mail says nothing usable, keeps it for
+inspection (``layang inbound list``).
+
+A failed delivery report turns the record's status to ``Bounce``, even after a ``Delivery``
+(the remote server accepted the mail, then gave up on it). A delayed one adds a ``Delay`` event
+and leaves the status alone: ``Delivery`` is still the last thing known for certain, and the
+remote server reports again if it gives up. A complaint adds a ``Complaint`` event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from layang.clock import now_ms
+from layang.config import Config
+from layang.db import write_transaction
+from layang.models import BOUNCE, COMPLAINT, DELAY, InboundMessage, Recipient, SendingDomain
+from layang.sending.bounce_class import classify
+from layang.sending.events import append_events
+from layang.sending.return_path import InvalidReturnPath, ReturnPaths
+
+log = logging.getLogger("layang.inbound")
+
+FEEDBACK_LOCAL_PARTS = ("fbl", "abuse")
+RAW_KEPT_BYTES = 256 * 1024
+"""How much of an unrecognised message is kept: enough to see what it was."""
+_DIAGNOSTIC_MAX = 1000
+
+FAILED = "failed"
+DELAYED = "delayed"
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    """An address the inbound server takes mail for: a VERP return path (``recipient_id`` is
+    the email it names) or a feedback mailbox (``fbl@``/``abuse@``, ``recipient_id`` None)."""
+
+    address: str
+    recipient_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientStatus:
+    """One recipient's part of a delivery report: ``action`` is ``failed`` or ``delayed``
+    (RFC 3464 also has ``delivered``, ``relayed``, ``expanded``), ``status`` the DSN status
+    (``5.1.1``), ``diagnostic`` what the remote server said."""
+
+    action: str
+    status: str
+    diagnostic: str
+    final_recipient: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReport:
+    """A bounce or delay report, standard (RFC 3464) or not. ``original_tokens`` are VERP
+    addresses or tokens found in the embedded original, most telling first."""
+
+    reported_by: str
+    statuses: tuple[RecipientStatus, ...]
+    original_tokens: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackReport:
+    """A complaint (RFC 5965 ARF)."""
+
+    feedback_type: str
+    reported_by: str
+    user_agent: str
+    original_tokens: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unrecognised:
+    """Mail that is not a report this service can read, and why."""
+
+    reason: str
+
+
+Report = DeliveryReport | FeedbackReport | Unrecognised
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEntry:
+    """An unrecognised message as kept."""
+
+    id: int
+    received_at: int
+    mail_from: str
+    rcpt_to: tuple[str, ...]
+    size: int
+    reason: str
+    raw: bytes
+
+
+# -- who may be written to -------------------------------------------------------------------
+
+
+def return_path_domains(config: Config) -> set[str]:
+    """``LAYANG_BOUNCE_DOMAIN`` and every sending domain's return-path domain."""
+    domains = {config.bounce_domain.lower()}
+    domains.update(
+        d.lower() for (d,) in SendingDomain.select(SendingDomain.return_path_domain).tuples()
+    )
+    return domains
+
+
+def mailbox_for(address: str, paths: ReturnPaths, config: Config) -> Mailbox | None:
+    """The mailbox ``address`` is, or None when the inbound server must refuse it: not a VERP
+    address signed here (or its record is gone), nor ``fbl@``/``abuse@`` of a return-path
+    domain."""
+    local, at, domain = address.strip().strip("<>").rpartition("@")
+    if not at:
+        return None
+    try:
+        recipient_id = paths.read_address(address)
+    except InvalidReturnPath:
+        if local.lower() in FEEDBACK_LOCAL_PARTS and domain.lower() in return_path_domains(config):
+            return Mailbox(address, None)
+        return None
+    if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
+        return None
+    return Mailbox(address, recipient_id)
+
+
+# -- recording -------------------------------------------------------------------------------
+
+
+def record_inbound(
+    report: Report,
+    mailboxes: Sequence[Mailbox],
+    mail_from: str,
+    raw: bytes,
+    paths: ReturnPaths,
+) -> list[tuple[str, str]]:
+    """Record what ``report`` (received for ``mailboxes``) says; returns the (recipient id,
+    event status) pairs recorded. Anything that names no email of ours, or says nothing
+    usable, is kept as an unrecognised message instead (and nothing is returned)."""
+    if isinstance(report, Unrecognised):
+        keep_unrecognised(mail_from, mailboxes, raw, report.reason)
+        return []
+    targets = [m.recipient_id for m in mailboxes if m.recipient_id is not None]
+    if not targets:
+        found = _first_valid(report.original_tokens, paths)
+        if found is None:
+            keep_unrecognised(mail_from, mailboxes, raw, "the report names no email sent here")
+            return []
+        targets = [found]
+    if isinstance(report, FeedbackReport):
+        detail: dict[str, object] = {
+            "feedbackType": report.feedback_type,
+            "reportedBy": report.reported_by,
+            "source": "report",
+        }
+        if report.user_agent:
+            detail["userAgent"] = report.user_agent
+        events = [(rid, COMPLAINT, detail) for rid in dict.fromkeys(targets)]
+    else:
+        chosen = _telling_status(report.statuses)
+        if chosen is None:
+            keep_unrecognised(
+                mail_from, mailboxes, raw, "delivery report with no failed or delayed recipient"
+            )
+            return []
+        status = BOUNCE if chosen.action == FAILED else DELAY
+        diagnostic = chosen.diagnostic[:_DIAGNOSTIC_MAX]
+        detail = {
+            "diagnostic": diagnostic,
+            "status": chosen.status,
+            "reportedBy": report.reported_by,
+            "source": "report",
+            "bounceClass": classify(0, f"{chosen.status} {diagnostic}"),
+        }
+        events = [(rid, status, detail) for rid in dict.fromkeys(targets)]
+    return _store(events)
+
+
+def _telling_status(statuses: Sequence[RecipientStatus]) -> RecipientStatus | None:
+    for action in (FAILED, DELAYED):
+        for status in statuses:
+            if status.action == action:
+                return status
+    return None
+
+
+def _first_valid(tokens: Sequence[str], paths: ReturnPaths) -> str | None:
+    for token in tokens:
+        try:
+            read = paths.read_address if "@" in token else paths.read_token
+            recipient_id = read(token)
+        except InvalidReturnPath:
+            continue
+        if Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
+            return recipient_id
+    return None
+
+
+def _store(events: Sequence[tuple[str, str, dict[str, object]]]) -> list[tuple[str, str]]:
+    now = now_ms()
+    recorded = []
+    with write_transaction():
+        rows = []
+        for recipient_id, status, detail in events:
+            changes: dict[object, object] = {Recipient.updated_at: now}
+            if status == BOUNCE:
+                # Final: nothing is sent to it again, whatever its state was.
+                changes.update({Recipient.status: BOUNCE, Recipient.next_attempt_at: None})
+            updated = Recipient.update(changes).where(Recipient.id == recipient_id).execute()
+            if updated:
+                rows.append((recipient_id, status, now, json.dumps(detail)))
+                recorded.append((recipient_id, status))
+        append_events(rows)
+    for recipient_id, status in recorded:
+        log.info("report recorded rid=%s status=%s", recipient_id, status)
+    return recorded
+
+
+def keep_unrecognised(
+    mail_from: str, mailboxes: Sequence[Mailbox], raw: bytes, reason: str
+) -> None:
+    """Keep a message nobody could read (its first ``RAW_KEPT_BYTES``), and why."""
+    InboundMessage.create(
+        received_at=now_ms(),
+        mail_from=mail_from,
+        rcpt_to=json.dumps([m.address for m in mailboxes]),
+        size=len(raw),
+        raw=raw[:RAW_KEPT_BYTES],
+        reason=reason[:1000],
+    )
+    log.info("unrecognised inbound mail from=%r kept: %s", mail_from[:200], reason)
+
+
+def list_unrecognised(limit: int = 50) -> list[InboundEntry]:
+    """The newest unrecognised messages first."""
+    rows = InboundMessage.select().order_by(InboundMessage.id.desc()).limit(limit)
+    return [
+        InboundEntry(
+            id=row.id,
+            received_at=row.received_at,
+            mail_from=row.mail_from,
+            rcpt_to=tuple(json.loads(row.rcpt_to)),
+            size=row.size,
+            reason=row.reason,
+            raw=bytes(row.raw),
+        )
+        for row in rows
+    ]

@@ -1,0 +1,1 @@
+"""The inbound mail server: bounce and complaint reports coming back."""

@@ -1,0 +1,173 @@
+"""The inbound SMTP server (``layang inbound``): the MX of the return-path domains.
+
+Plain SMTP, no AUTH: anyone may send, but only to the addresses the domain layer knows
+(``layang.domain.feedback.mailbox_for``); everything else is ``550 5.1.1`` at RCPT. A message
+is answered ``250`` once it is recorded or kept, whatever it contains; only a database outage
+gets a ``451`` (the sender tries again later). Database work and parsing run in worker threads
+(``asyncio.to_thread``): the event loop serves every session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from layang.config import Config
+from layang.db import UNAVAILABLE_ERRORS, database
+from layang.domain.feedback import Mailbox, mailbox_for, record_inbound
+from layang.inbound.reports import read_report
+from layang.sending.return_path import ReturnPaths
+from layang.smtpd.limits import ConnectionLimits
+
+log = logging.getLogger("layang.inbound")
+
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+MAX_RECIPIENTS = 20
+IDLE_TIMEOUT_SECONDS = 60.0
+MAX_CONNECTIONS = 200
+MAX_CONNECTIONS_PER_ADDRESS = 20
+
+TOO_LARGE_REPLIES = frozenset(
+    {
+        "552 Error: message size exceeds fixed maximum message size",
+        "552 Error: Too much mail data",
+    }
+)
+
+
+class InboundHandler:
+    """aiosmtpd handler: only the hooks the inbound server needs."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.paths = ReturnPaths(config.secret_key, config.bounce_domain)
+
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
+        try:
+            mailbox = await asyncio.to_thread(self._mailbox, address)
+        except UNAVAILABLE_ERRORS:
+            return "451 4.3.0 Temporary failure checking the recipient; try again later"
+        except Exception:
+            log.exception("could not check an inbound recipient")
+            return "451 4.3.0 Temporary failure checking the recipient; try again later"
+        if mailbox is None:
+            return f"550 5.1.1 <{address}>: no such recipient here"
+        mailboxes: dict[str, Mailbox] = envelope.__dict__.setdefault("mailboxes", {})
+        if address.lower() not in mailboxes:
+            mailboxes[address.lower()] = mailbox
+            envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    def _mailbox(self, address: str) -> Mailbox | None:
+        database.connect(reuse_if_open=True)
+        return mailbox_for(address, self.paths, self.config)
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        mailboxes = list(envelope.__dict__.get("mailboxes", {}).values())
+        data = envelope.original_content or b""
+        try:
+            await asyncio.to_thread(self._receive, envelope.mail_from or "", mailboxes, data)
+        except UNAVAILABLE_ERRORS:
+            log.warning("inbound mail deferred: database unavailable")
+            return "451 4.3.0 Could not store the message; try again later"
+        except Exception:
+            log.exception("could not record inbound mail")
+            return "451 4.3.0 Could not store the message; try again later"
+        return "250 2.0.0 OK"
+
+    def _receive(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
+        report = read_report(data)
+        database.connect(reuse_if_open=True)
+        record_inbound(report, mailboxes, mail_from, data, self.paths)
+
+
+class InboundSMTP(SMTP):
+    """aiosmtpd's session with a connection cap (in all and per client address)."""
+
+    def __init__(self, handler: object, *, limits: ConnectionLimits, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.limits = limits
+        self._address = ""
+        self._counted = False
+
+    async def push(self, status: str | bytes) -> None:
+        if isinstance(status, str) and status in TOO_LARGE_REPLIES:
+            status = f"552 5.3.4 Message too big: the limit is {self.data_size_limit} bytes"
+        await super().push(status)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if peer else ""
+        if not self.limits.admit(self._address):
+            transport.write(b"421 4.7.0 Too many connections; try again later\r\n")  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self._counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        self.limits.release(self._address)
+        super().connection_lost(error)
+
+
+class InboundController(Controller):
+    def __init__(
+        self,
+        handler: object,
+        *,
+        limits: ConnectionLimits,
+        listener: socket.socket | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(handler, **kwargs)
+        self.limits = limits
+        self.listener = listener
+
+    def _create_server(self) -> Any:
+        if self.listener is None:
+            return super()._create_server()
+        # Serve on the socket bound when the configuration was checked (layang.preflight).
+        return self.loop.create_server(self._factory_invoker, sock=self.listener)
+
+    def factory(self) -> SMTP:
+        return InboundSMTP(self.handler, limits=self.limits, **self.SMTP_kwargs)
+
+
+def inbound_server(config: Config, listener: socket.socket | None = None) -> InboundController:
+    """The configured server, not yet started (``.start()`` / ``.stop()``), on ``listener`` (a
+    bound socket, which it then owns) or else on ``LAYANG_INBOUND_BIND``."""
+    host, port = config.inbound_host_port
+    return InboundController(
+        InboundHandler(config),
+        listener=listener,
+        limits=ConnectionLimits(
+            max_connections=MAX_CONNECTIONS,
+            max_per_address=MAX_CONNECTIONS_PER_ADDRESS,
+            max_auth_failures=1,
+        ),
+        hostname=host,
+        port=port,
+        server_hostname=socket.gethostname(),
+        data_size_limit=MAX_MESSAGE_BYTES,
+        enable_SMTPUTF8=False,
+        auth_exclude_mechanism=["LOGIN", "PLAIN"],
+        timeout=IDLE_TIMEOUT_SECONDS,
+        ident="Layang inbound ESMTP",
+    )
