@@ -22,6 +22,7 @@ LAYERS = {
     "layang.cli": 3,
     "layang.cli_send": 3,
     "layang.serving": 3,
+    "layang.http_front": 3,
     "layang.__main__": 3,
     "layang.domain": 2,
     "layang.sending": 1,
