@@ -269,17 +269,20 @@ class BufferingThreadWorker(ThreadWorker):
 
     def murder_pending(self) -> None:
         """Besides gunicorn's own, close the connections whose request is late (408 when it
-        had begun); when stopping, those that have sent nothing yet are closed soon."""
+        had begun). When stopping, a request whose head has not arrived within
+        ``STOP_KEEPALIVE_LINGER`` is closed unanswered, so that slow clients do not delay the
+        stop; bodies under way keep their deadline, as requests in flight."""
         super().murder_pending()
         now = time.monotonic()
         if now < self.next_sweep and self.alive:
             return
         self.next_sweep = now + 0.5
         for conn, intake in list(self.intakes.items()):
-            if not self.alive and not intake.buf:
+            stopping = not self.alive and intake.body_started is None
+            if stopping:
                 intake.deadline_cap = min(intake.deadline_cap, now + STOP_KEEPALIVE_LINGER)
             if now >= intake.deadline():
-                self._close(conn, TIMEOUT_RESPONSE if intake.buf else b"")
+                self._close(conn, TIMEOUT_RESPONSE if intake.buf and not stopping else b"")
 
     def handle(self, conn: TConn) -> Any:
         """In a request thread: parse the buffered request, never waiting on the client."""

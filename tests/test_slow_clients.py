@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import threading
 import time
@@ -23,13 +24,18 @@ SEND = {
 }
 
 
-@pytest.fixture
-def server(config, api_key, tmp_path):
+def serve(config, tmp_path):
     port = free_port()
     log = tmp_path / "serve.log"
     process = start(["serve"], process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}"), log)
+    wait_until(lambda: _healthy(port), 30, "the API did not come up")
+    return process, port
+
+
+@pytest.fixture
+def server(config, api_key, tmp_path):
+    process, port = serve(config, tmp_path)
     try:
-        wait_until(lambda: _healthy(port), 30, "the API did not come up")
         yield port
     finally:
         stop(process)
@@ -188,3 +194,17 @@ def test_expect_100_continue_gets_one_interim_answer_before_the_body(server, api
         answer = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     assert b"100 Continue" not in answer
+
+
+def test_slow_clients_do_not_hold_up_a_graceful_stop(config, api_key, tmp_path):
+    process, port = serve(config, tmp_path)
+    try:
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        with SlowClients(port, 50, head, b"", 1), httpx.Client() as kept_alive:
+            assert kept_alive.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0
+            assert time.monotonic() - started < 6
+    finally:
+        stop(process)
