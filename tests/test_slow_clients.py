@@ -208,3 +208,10 @@ def test_slow_clients_do_not_hold_up_a_graceful_stop(config, api_key, tmp_path):
             assert time.monotonic() - started < 6
     finally:
         stop(process)
+
+
+def test_a_malformed_request_is_still_answered_by_gunicorns_parser(server):
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5x\r\n\r\n")
+        answer = read_answer(sock)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
