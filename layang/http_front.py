@@ -200,9 +200,12 @@ class BufferingThreadWorker(ThreadWorker):
             intake.deadline_cap = intake.started + STOP_KEEPALIVE_LINGER
         self.intakes[conn] = intake
         conn.sock.setblocking(False)
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
-        if leftover:
-            self._received(conn, intake, leftover)
+        # Usually the request is there already (a kept-alive connection became readable, a
+        # client writes as soon as it connects): read it now rather than after another poll.
+        if leftover and self._received(conn, intake, leftover):
+            return
+        if not self._read(conn, intake):
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
 
     def _can_buffer(self, conn: TConn) -> bool:
         return not (
@@ -213,20 +216,24 @@ class BufferingThreadWorker(ThreadWorker):
 
     def _on_readable(self, conn: TConn, _sock: Any) -> None:
         intake = self.intakes.get(conn)
-        if intake is None:
-            return
+        if intake is not None:
+            self._read(conn, intake)
+
+    def _read(self, conn: TConn, intake: Intake) -> bool:
+        """Read what has arrived; True when the connection is done here (its request handed
+        to a thread, or closed)."""
         try:
             data = conn.sock.recv(_RECV)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:
             self._close(conn)
-            return
-        self._received(conn, intake, data)
+            return True
+        return self._received(conn, intake, data)
 
-    def _received(self, conn: TConn, intake: Intake, data: bytes) -> None:
+    def _received(self, conn: TConn, intake: Intake, data: bytes) -> bool:
         intake.buf += data
         self.buffered += len(data)
         framing = intake.frame.check(intake.buf)
@@ -238,12 +245,13 @@ class BufferingThreadWorker(ThreadWorker):
             if intake.frame.expect_continue and not intake.continue_sent:
                 # The client waits for this before it sends the body.
                 intake.continue_sent = self._send_now(conn, _CONTINUE)
-            return
+            return False
         self._forget(conn, intake)
         conn.complete_request = bytes(intake.buf)
         conn.continue_sent = intake.continue_sent
         conn.data_ready = True  # gunicorn's own wait for a first byte is over
         super().enqueue_req(conn)
+        return True
 
     def _forget(self, conn: TConn, intake: Intake) -> None:
         del self.intakes[conn]
