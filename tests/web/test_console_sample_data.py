@@ -21,7 +21,8 @@ def _page_token(client, api_key):
 
 @pytest.mark.parametrize("depth", [33, 900, 50_000])
 def test_sample_data_nested_too_deep_is_named_on_the_page(client, auth, api_key, depth):
-    assert client.post("/v1/layang/templates", json=TEMPLATE, headers=auth).status_code == 201
+    created = client.post("/v1/layang/templates", json=TEMPLATE, headers=auth)
+    assert created.status_code == 201, created.get_json()
     token = _page_token(client, api_key)
     nested = '{"name": "Ana", "x": ' + '{"a":' * (depth - 1) + "1" + "}" * depth  # depth levels
     page = client.post("/console/templates/welcome", data={"data": nested, "csrf_token": token})
@@ -32,7 +33,8 @@ def test_sample_data_nested_too_deep_is_named_on_the_page(client, auth, api_key,
 
 
 def test_sample_data_32_levels_deep_is_rendered(client, auth, api_key):
-    assert client.post("/v1/layang/templates", json=TEMPLATE, headers=auth).status_code == 201
+    created = client.post("/v1/layang/templates", json=TEMPLATE, headers=auth)
+    assert created.status_code == 201, created.get_json()
     token = _page_token(client, api_key)
     nested = '{"name": "Ana", "x": ' + '{"a":' * 31 + "1" + "}" * 32
     page = client.post("/console/templates/welcome", data={"data": nested, "csrf_token": token})
