@@ -101,8 +101,8 @@ def create_app(config: Config | None = None) -> flask.Flask:
     app.config.update(
         LAYANG=config,
         SECRET_KEY=config.secret_key,
-        # Base64 grows the attachments by a third; the exact limit is checked on the decoded size.
-        MAX_CONTENT_LENGTH=config.max_message_bytes * 4 // 3 + 1024 * 1024,
+        # The exact limit is checked on the decoded size.
+        MAX_CONTENT_LENGTH=config.max_request_body_bytes,
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False

@@ -309,6 +309,12 @@ class Config:
         return getattr(self, name) == _data_dir_defaults(self.data_dir)[name]
 
     @property
+    def max_request_body_bytes(self) -> int:
+        """The largest HTTP request body accepted: a message of ``max_message_bytes`` grows by a
+        third in Base64, plus room for the JSON around it."""
+        return self.max_message_bytes * 4 // 3 + 1024 * 1024
+
+    @property
     def http_host_port(self) -> tuple[str, int]:
         return parse_bind(self.http_bind, "LAYANG_HTTP_BIND")
 

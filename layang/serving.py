@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -38,11 +39,24 @@ def upgrade_schema_hook(config: Config) -> Callable[[Any], None]:
         from layang.logs import configure_logging
 
         configure_logging(config)
+        raise_open_file_limit()
         close_before_fork()  # with preload_app, create_app has already opened one here
         init_db(config)
         close_before_fork()
 
     return on_starting
+
+
+def raise_open_file_limit() -> None:
+    """Raise this process's soft open-file limit to its hard limit; children inherit it.
+
+    Every client connection, slow ones included, is a file descriptor, and the soft limit is
+    often 1024 where the hard one allows far more (systemd: ``LimitNOFILE``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        log.info("open-file limit raised from %d to %d", soft, hard)
 
 
 def pre_fork(server: Any, worker: Any) -> None:
@@ -64,6 +78,8 @@ def post_fork(server: Any, worker: Any) -> None:
 
 def gunicorn_settings(config: Config) -> dict[str, Any]:
     """Settings shared by ``layang serve`` and ``gunicorn -c gunicorn.conf.py wsgi:app``."""
+    from layang.http_front import buffering_worker
+
     return {
         "on_starting": upgrade_schema_hook(config),
         "pre_fork": pre_fork,
@@ -72,9 +88,16 @@ def gunicorn_settings(config: Config) -> dict[str, Any]:
         # Request threads let concurrent sends share one SQLite commit (layang.db.GroupCommit):
         # on 2 cores, 1-2 processes of 8 threads took ~1.3x the sends/s of sync workers. Few
         # processes, because gthread's keep-alive puts many connections on one process anyway.
-        "worker_class": "gthread" if config.http_threads > 1 else "sync",
+        # gthread whose threads only take complete requests (layang.http_front): slow clients
+        # cost a file descriptor each, not a thread.
+        "worker_class": (
+            buffering_worker(config.max_request_body_bytes) if config.http_threads > 1 else "sync"
+        ),
         "workers": config.http_workers,
         "threads": config.http_threads,
+        # Idle kept-alive connections wait in the event loop, not in a thread.
+        "keepalive": 15,
+        "worker_connections": 1000,
         "accesslog": "-",
         "errorlog": "-",
         "timeout": 60,

@@ -26,6 +26,7 @@ LAYERS = {
     "layang.preflight": 3,
     "layang.wsgi": 3,
     "layang.gunicorn_conf": 3,
+    "layang.http_front": 3,
     "layang.__main__": 3,
     "layang.domain": 2,
     "layang.sending": 1,

@@ -13,6 +13,7 @@ from layang.sending.message import (
     MAX_NESTING,
     InvalidAddress,
     has_line_break,
+    nested_too_deep,
     normalize_address,
 )
 
@@ -89,6 +90,20 @@ def _stripped(value: Any, depth: int, member: str) -> Any:
 def _is_empty(value: Any) -> bool:
     # Compared by type first: ``v in ("", [], {})`` on a deep value compares it recursively.
     return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+class RequestBodySchema(ma.Schema):
+    """A JSON request body whose members, known to the schema or not, are refused when nested
+    more than ``MAX_NESTING`` levels deep, as a send's are (``CompatSchema``): a 400 naming the
+    member rather than a deep value reaching code that recurses."""
+
+    @ma.pre_load
+    def nesting_limit(self, data: Any, **kwargs: Any) -> Any:
+        if isinstance(data, dict):
+            for member, value in data.items():
+                if nested_too_deep(value):
+                    raise ma.ValidationError(f"Nested more than {MAX_NESTING} levels deep.", member)
+        return data
 
 
 class CompatSchema(ma.Schema):

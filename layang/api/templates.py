@@ -12,7 +12,14 @@ from marshmallow import fields, validate
 import templates_store
 from layang.api import Blueprint
 from layang.api.errors import PreconditionFailed
-from layang.api.fields import ISO_8601, CursorQuerySchema, ErrorSchema, Timestamp, page_schema
+from layang.api.fields import (
+    ISO_8601,
+    CursorQuerySchema,
+    ErrorSchema,
+    RequestBodySchema,
+    Timestamp,
+    page_schema,
+)
 from layang.pagination import Page
 from templates_store import ID_PATTERN, MAX_NAME_LENGTH, RenderLimits
 
@@ -25,7 +32,7 @@ TemplateWithEtag = tuple[templates_store.TemplateRecord, dict[str, str]]
 _PART = {"validate": validate.Length(max=RenderLimits().max_part_chars), "allow_none": True}
 
 
-class TemplateInSchema(ma.Schema):
+class TemplateInSchema(RequestBodySchema):
     id = fields.String(
         validate=validate.Regexp(
             rf"^{ID_PATTERN.pattern}$",
@@ -69,7 +76,7 @@ TemplateListSchema = page_schema(TemplateSchema, "TemplateListSchema")
 _ETAG_HEADER = {"ETag": {"schema": {"type": "string"}, "description": "Send it as If-Match."}}
 
 
-class PreviewSchema(ma.Schema):
+class PreviewSchema(RequestBodySchema):
     substitutionData = fields.Dict(keys=fields.String(), load_default=dict)
 
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 
 from layang.clock import iso_ms, now_ms
-from layang.db import write_transaction
+from layang.db import is_postgresql, write_transaction
 from layang.models import CLICK, OPEN, SANDBOX, Account, Event, Recipient
 from layang.sending.events import append_events
 from layang.sending.tracking import InvalidToken, TrackingToken
@@ -78,7 +78,13 @@ def record_engagement(recipient_id: str, status: str, detail: dict[str, object])
         detail["userAgent"] = agent[:_USER_AGENT_MAX]
     now = now_ms()
     with write_transaction():
-        if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
+        # Concurrent fetches of one record read and update the same event: on PostgreSQL each
+        # waits for the record's row lock, so none reads a count another is about to raise (on
+        # SQLite the write transaction already runs alone).
+        record = Recipient.select(Recipient.id).where(Recipient.id == recipient_id)
+        if is_postgresql():
+            record = record.for_update()
+        if record.first() is None:
             raise InvalidToken(recipient_id)
         recent = (
             Event.select(Event.id, Event.detail)

@@ -152,6 +152,18 @@ def filename_problem(filename: str) -> str | None:
     return None
 
 
+def nested_too_deep(value: Any, depth: int = 1) -> bool:
+    """Whether ``value`` (JSON data) has objects or arrays more than ``MAX_NESTING`` levels deep
+    counting ``value`` itself as level ``depth``. Stops at the limit, so it never exhausts the
+    stack however deep ``value`` goes."""
+    if not isinstance(value, dict | list):
+        return False
+    if depth > MAX_NESTING:
+        return True
+    items = value.values() if isinstance(value, dict) else value
+    return any(nested_too_deep(item, depth + 1) for item in items)
+
+
 def is_base64(value: str) -> bool:
     try:
         base64.b64decode("".join(value.split()), validate=True)

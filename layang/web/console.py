@@ -23,7 +23,13 @@ from layang.domain import message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
 from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
-from layang.sending.message import MAX_DISPLAY_NAME, has_line_break, normalize_address
+from layang.sending.message import (
+    MAX_DISPLAY_NAME,
+    MAX_NESTING,
+    has_line_break,
+    nested_too_deep,
+    normalize_address,
+)
 from layang.web.csrf import FormExpired
 
 PREVIEW_DATA_MAX = 64 * 1024
@@ -323,12 +329,17 @@ def templates_page(account: Account) -> Any:
 def _sample_data(raw: str) -> tuple[dict[str, Any], str | None]:
     if not raw.strip():
         return {}, None
+    too_deep = f"Sample data is nested more than {MAX_NESTING} levels deep."
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as error:
         return {}, f"Sample data is not valid JSON: {error.msg} (line {error.lineno})."
+    except RecursionError:
+        return {}, too_deep
     if not isinstance(data, dict):
         return {}, "Sample data must be a JSON object."
+    if nested_too_deep(data):
+        return {}, too_deep
     return data, None
 
 
