@@ -1,7 +1,9 @@
 """The inbound SMTP server (``layang inbound``): the MX of the return-path domains.
 
 Plain SMTP, no AUTH: anyone may send, but only to the addresses the domain layer knows
-(``layang.domain.feedback.mailbox_for``); everything else is ``550 5.1.1`` at RCPT. A message
+(``layang.domain.feedback.mailbox_for``, and the ``u+<token>@`` unsubscribe addresses of
+``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it); everything else is
+``550 5.1.1`` at RCPT. A message
 is answered ``250`` once it is recorded or kept, whatever it contains; only a database outage
 gets a ``451`` (the sender tries again later). Database work and parsing run in worker threads
 (``asyncio.to_thread``): the event loop serves every session.
@@ -19,9 +21,12 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database
+from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, mailbox_for, record_inbound
+from layang.domain.suppressions import find_unsubscribe, unsubscribe
 from layang.inbound.reports import read_report
 from layang.sending.return_path import ReturnPaths
+from layang.sending.unsubscribe import UnsubscribeTokens
 from layang.smtpd.limits import ConnectionLimits
 
 log = logging.getLogger("layang.inbound")
@@ -46,6 +51,9 @@ class InboundHandler:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.paths = ReturnPaths(config.secret_key, config.bounce_domain)
+        self.unsubscribe_tokens = UnsubscribeTokens(
+            config.secret_key, config.public_url, config.bounce_domain
+        )
 
     async def handle_RCPT(
         self,
@@ -58,6 +66,13 @@ class InboundHandler:
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
+            token = await asyncio.to_thread(self._unsubscribe_token, address)
+            if token is not None:
+                tokens: list[str] = envelope.__dict__.setdefault("unsubscribes", [])
+                if token not in tokens:
+                    tokens.append(token)
+                    envelope.rcpt_tos.append(address)
+                return "250 2.1.5 OK"
             mailbox = await asyncio.to_thread(self._mailbox, address)
         except UNAVAILABLE_ERRORS:
             return "451 4.3.0 Temporary failure checking the recipient; try again later"
@@ -72,15 +87,30 @@ class InboundHandler:
             envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
 
+    def _unsubscribe_token(self, address: str) -> str | None:
+        """The token of a ``u+<token>@`` address whose email exists, else None."""
+        local = address.strip().strip("<>").rpartition("@")[0]
+        if not local.lower().startswith("u+"):
+            return None
+        database.connect(reuse_if_open=True)
+        try:
+            find_unsubscribe(self.unsubscribe_tokens, local[2:])
+        except NotFound:
+            return None
+        return local[2:]
+
     def _mailbox(self, address: str) -> Mailbox | None:
         database.connect(reuse_if_open=True)
         return mailbox_for(address, self.paths, self.config)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         mailboxes = list(envelope.__dict__.get("mailboxes", {}).values())
+        tokens = list(envelope.__dict__.get("unsubscribes", []))
         data = envelope.original_content or b""
         try:
-            await asyncio.to_thread(self._receive, envelope.mail_from or "", mailboxes, data)
+            await asyncio.to_thread(
+                self._receive, envelope.mail_from or "", mailboxes, tokens, data
+            )
         except UNAVAILABLE_ERRORS:
             log.warning("inbound mail deferred: database unavailable")
             return "451 4.3.0 Could not store the message; try again later"
@@ -89,10 +119,17 @@ class InboundHandler:
             return "451 4.3.0 Could not store the message; try again later"
         return "250 2.0.0 OK"
 
-    def _receive(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
-        report = read_report(data)
+    def _receive(
+        self, mail_from: str, mailboxes: list[Mailbox], tokens: list[str], data: bytes
+    ) -> None:
         database.connect(reuse_if_open=True)
-        record_inbound(report, mailboxes, mail_from, data, self.paths)
+        for token in tokens:
+            try:
+                unsubscribe(self.unsubscribe_tokens, token)
+            except NotFound:
+                log.info("unsubscribe by mail for an email deleted since RCPT")
+        if mailboxes:
+            record_inbound(read_report(data), mailboxes, mail_from, data, self.paths)
 
 
 class InboundSMTP(SMTP):
