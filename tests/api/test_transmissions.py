@@ -446,8 +446,14 @@ def test_addresses_may_be_strings_as_in_the_sdk(client, auth, upstream, relay_to
     )
     assert response.status_code == 200, response.get_json()
     drain(relay_to(upstream))
-    (received,) = upstream.received
-    assert received.mail_from == "shop@sender.test"
+    # One copy per recipient, each with its own return path.
+    assert sorted(r for copy in upstream.received for r in copy.rcpt_tos) == [
+        "ana@rcpt.test",
+        "bo@rcpt.test",
+        "cy@rcpt.test",
+    ]
+    received = upstream.received[0]
+    assert received.mail_from.startswith("b+")
     assert received.message["From"] == "Shop <shop@sender.test>"
     assert received.message["To"] == "Ana <ana@rcpt.test>, bo@rcpt.test"
     assert received.message["Reply-To"] == "help@sender.test"
