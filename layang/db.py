@@ -85,6 +85,17 @@ def new_id() -> str:
     return "".join(reversed(chars))
 
 
+def id_floor(at_ms: int) -> str:
+    """The smallest ``new_id`` made at ``at_ms``: every id made earlier sorts below it, so
+    "older than" is a range of the primary key."""
+    value = at_ms << 80
+    chars = []
+    for _ in range(26):
+        value, digit = divmod(value, 32)
+        chars.append(_CROCKFORD[digit])
+    return "".join(reversed(chars))
+
+
 class PostgresqlDatabase(peewee.PostgresqlDatabase):
     """PostgreSQL with one connection per thread that replaces itself once it has gone bad.
 

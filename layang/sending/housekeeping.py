@@ -1,13 +1,26 @@
-"""What the worker clears away besides sending: idempotency keys past their 24 hours and rate
-limit windows that have closed. A few indexed DELETEs every few minutes, never per message."""
+"""What the worker clears away besides sending: idempotency keys past their 24 hours, rate
+limit windows that have closed, and webhook deliveries (with their attempts and events) settled
+more than ``WEBHOOK_RETENTION_DAYS`` ago. A few indexed DELETEs every few minutes, never per
+message."""
 
 from __future__ import annotations
 
 from layang.clock import now_ms
-from layang.db import write_transaction
-from layang.models import IdempotencyAnswer, IdempotencyKey, RateWindow
+from layang.db import id_floor, write_transaction
+from layang.models import (
+    WEBHOOK_PENDING,
+    IdempotencyAnswer,
+    IdempotencyKey,
+    RateWindow,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+)
 
 INTERVAL_SECONDS = 300.0
+WEBHOOK_RETENTION_DAYS = 30
+# Deliveries removed per run: keeps each write transaction short however much has piled up.
+WEBHOOK_BATCH = 2000
 
 
 def delete_expired(now: int | None = None) -> int:
@@ -18,4 +31,26 @@ def delete_expired(now: int | None = None) -> int:
         deleted = IdempotencyAnswer.delete().where(IdempotencyAnswer.expires_at <= now).execute()
         deleted += IdempotencyKey.delete().where(IdempotencyKey.expires_at <= now).execute()
         deleted += RateWindow.delete().where(RateWindow.ends_at <= now).execute()
+    deleted += delete_old_webhook_deliveries(now)
     return deleted
+
+
+def delete_old_webhook_deliveries(now: int) -> int:
+    """Delete up to ``WEBHOOK_BATCH`` delivered or failed webhook deliveries made more than
+    ``WEBHOOK_RETENTION_DAYS`` before ``now``, with their attempts and events; returns how many
+    deliveries went. Pending ones stay whatever their age. Delivery ids are time-ordered, so
+    "made before" is a range of the primary key."""
+    cutoff = id_floor(now - WEBHOOK_RETENTION_DAYS * 86_400_000)
+    with write_transaction(durable=False):
+        ids = [
+            row.id
+            for row in WebhookDelivery.select(WebhookDelivery.id)
+            .where((WebhookDelivery.id < cutoff) & (WebhookDelivery.status != WEBHOOK_PENDING))
+            .order_by(WebhookDelivery.id)
+            .limit(WEBHOOK_BATCH)
+        ]
+        if not ids:
+            return 0
+        WebhookAttempt.delete().where(WebhookAttempt.delivery.in_(ids)).execute()
+        WebhookEvent.delete().where(WebhookEvent.delivery_id.in_(ids)).execute()
+        return WebhookDelivery.delete().where(WebhookDelivery.id.in_(ids)).execute()
