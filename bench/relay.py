@@ -38,7 +38,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/dkim.py would shadow the dkim package the worker signs with.
+# Run as a script, this file's folder comes first on the path: keep it off, so that no bench
+# script's name can stand for a package the code imports.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 

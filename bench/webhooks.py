@@ -31,8 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, this file's folder comes first on the path, where bench/dkim.py would stand
-# for dkimpy.
+# Run as a script, this file's folder comes first on the path: keep it off, so that no bench
+# script's name can stand for a package the code imports.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 

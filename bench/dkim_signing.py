@@ -7,7 +7,7 @@ same local sink, alternating (unsigned, signed, unsigned, signed, …), and the 
 give the ratio. Also printed: the cost of one signature, Layang's (dkimpy with the RSA step in
 OpenSSL) against dkimpy's own pure-Python RSA.
 
-    python bench/dkim.py [--count 5000] [--rounds 3] [--database-url URL] [--sink auto|…]
+    python bench/dkim_signing.py [--count 5000] [--rounds 3] [--database-url URL] [--sink auto|…]
 """
 
 from __future__ import annotations
