@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any
 
-from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from layang.config import Config
@@ -27,6 +25,7 @@ from layang.domain.suppressions import find_unsubscribe, unsubscribe
 from layang.inbound.reports import read_report
 from layang.sending.return_path import ReturnPaths
 from layang.sending.unsubscribe import UnsubscribeTokens
+from layang.smtpd.capped import CappedSMTP, ListeningController
 from layang.smtpd.limits import ConnectionLimits
 
 log = logging.getLogger("layang.inbound")
@@ -36,13 +35,6 @@ MAX_RECIPIENTS = 20
 IDLE_TIMEOUT_SECONDS = 60.0
 MAX_CONNECTIONS = 200
 MAX_CONNECTIONS_PER_ADDRESS = 20
-
-TOO_LARGE_REPLIES = frozenset(
-    {
-        "552 Error: message size exceeds fixed maximum message size",
-        "552 Error: Too much mail data",
-    }
-)
 
 
 class InboundHandler:
@@ -132,57 +124,11 @@ class InboundHandler:
             record_inbound(read_report(data), mailboxes, mail_from, data, self.paths)
 
 
-class InboundSMTP(SMTP):
+class InboundSMTP(CappedSMTP):
     """aiosmtpd's session with a connection cap (in all and per client address)."""
 
-    def __init__(self, handler: object, *, limits: ConnectionLimits, **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self.limits = limits
-        self._address = ""
-        self._counted = False
 
-    async def push(self, status: str | bytes) -> None:
-        if isinstance(status, str) and status in TOO_LARGE_REPLIES:
-            status = f"552 5.3.4 Message too big: the limit is {self.data_size_limit} bytes"
-        await super().push(status)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        self._address = str(peer[0]) if peer else ""
-        if not self.limits.admit(self._address):
-            transport.write(b"421 4.7.0 Too many connections; try again later\r\n")  # type: ignore[attr-defined]
-            transport.close()
-            return
-        self._counted = True
-        super().connection_made(transport)
-
-    def connection_lost(self, error: Exception | None) -> None:
-        if not self._counted:
-            return
-        self._counted = False
-        self.limits.release(self._address)
-        super().connection_lost(error)
-
-
-class InboundController(Controller):
-    def __init__(
-        self,
-        handler: object,
-        *,
-        limits: ConnectionLimits,
-        listener: socket.socket | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(handler, **kwargs)
-        self.limits = limits
-        self.listener = listener
-
-    def _create_server(self) -> Any:
-        if self.listener is None:
-            return super()._create_server()
-        # Serve on the socket bound when the configuration was checked (layang.preflight).
-        return self.loop.create_server(self._factory_invoker, sock=self.listener)
-
+class InboundController(ListeningController):
     def factory(self) -> SMTP:
         return InboundSMTP(self.handler, limits=self.limits, **self.SMTP_kwargs)
 

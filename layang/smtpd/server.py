@@ -15,7 +15,6 @@ import socket
 import time
 from typing import Any
 
-from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
 from layang.clock import now_ms
@@ -39,6 +38,7 @@ from layang.models import SEND, Account
 from layang.sending.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.sending.outbox import Submission, enqueue
 from layang.sending.suppression import suppressed_addresses
+from layang.smtpd.capped import CappedSMTP, ListeningController
 from layang.smtpd.limits import AUTH_FAILURES_PER_CONNECTION, ConnectionLimits
 from layang.smtpd.submitted import PreparedMessage, prepare_submission
 from layang.smtpd.tls import server_tls_context
@@ -304,15 +304,6 @@ class SubmissionHandler:
         )
 
 
-# aiosmtpd 1.4's own replies for a message over ``data_size_limit``.
-TOO_LARGE_REPLIES = frozenset(
-    {
-        "552 Error: message size exceeds fixed maximum message size",
-        "552 Error: Too much mail data",
-    }
-)
-
-
 class SubmissionSession(Session):
     """aiosmtpd's session without its legacy ``login_data``: aiosmtpd 1.4 sets it on every
     successful AUTH and logs a deprecation warning each time. Nothing here reads it (the
@@ -327,57 +318,29 @@ class SubmissionSession(Session):
         self._login_data = value
 
 
-class SubmissionSMTP(SMTP):
+class SubmissionSMTP(CappedSMTP):
     """aiosmtpd's session with the submission server's limits: AUTH only after STARTTLS, a
     connection cap, a short idle timeout until AUTH, and a bound on wrong passwords.
 
     The timeout works through aiosmtpd's ``_timeout_duration`` (read at every reset of the
-    timer), the cap through ``connection_made``, which aiosmtpd calls again after STARTTLS.
+    timer).
     """
 
+    size_setting = "LAYANG_MAX_MESSAGE_BYTES"
+
     def __init__(
-        self, handler: object, *, limits: ConnectionLimits, auth_timeout: float, **kwargs: object
+        self, handler: object, *, limits: ConnectionLimits, auth_timeout: float, **kwargs: Any
     ) -> None:
-        super().__init__(handler, **kwargs)  # type: ignore[arg-type]
-        self.limits = limits
+        super().__init__(handler, limits=limits, **kwargs)
         self._authenticated_timeout = self._timeout_duration
         self._timeout_duration = auth_timeout
-        self._address = ""
-        self._counted = False
         self._auth_failures = 0
 
     def _create_session(self) -> Session:
         return SubmissionSession(self.loop)
 
-    async def push(self, status: str | bytes) -> None:
-        # aiosmtpd answers a too-large message itself (a declared SIZE in MAIL, or DATA that
-        # runs over) with no hook to word it; say the limit and the setting that raises it.
-        if isinstance(status, str) and status in TOO_LARGE_REPLIES:
-            status = (
-                f"552 5.3.4 Message too big: the limit is {self.data_size_limit} bytes "
-                "(LAYANG_MAX_MESSAGE_BYTES)"
-            )
-        await super().push(status)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self.transport is None and self._original_transport is None:  # not the STARTTLS
-            peer = transport.get_extra_info("peername")
-            self._address = str(peer[0]) if peer else ""
-            if not self.limits.admit(self._address):
-                # Answered and closed before any other work, so a flood costs one accept each.
-                transport.write(b"421 4.7.0 Too many connections; try again later\r\n")  # type: ignore[attr-defined]
-                transport.close()
-                _warn_refused(self.limits, self._address)
-                return
-            self._counted = True
-        super().connection_made(transport)
-
-    def connection_lost(self, error: Exception | None) -> None:
-        if not self._counted:
-            return  # refused in connection_made: aiosmtpd never set this one up
-        self._counted = False
-        self.limits.release(self._address)
-        super().connection_lost(error)
+    def refused(self) -> None:
+        _warn_refused(self.limits, self._address)
 
     def auth_failed(self) -> None:
         """Count wrong credentials, for this connection and for its client address."""
@@ -428,7 +391,7 @@ def _warn_refused(limits: ConnectionLimits, address: str) -> None:
         )
 
 
-class SubmissionController(Controller):
+class SubmissionController(ListeningController):
     def __init__(
         self,
         handler: object,
@@ -436,20 +399,10 @@ class SubmissionController(Controller):
         limits: ConnectionLimits,
         auth_timeout: float,
         listener: socket.socket | None = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(handler, **kwargs)  # type: ignore[arg-type]
-        self.limits = limits
+        super().__init__(handler, limits=limits, listener=listener, **kwargs)
         self.auth_timeout = auth_timeout
-        self.listener = listener
-
-    def _create_server(self) -> Any:
-        if self.listener is None:
-            return super()._create_server()
-        # Serve on the socket bound when the configuration was checked (layang.preflight).
-        return self.loop.create_server(
-            self._factory_invoker, sock=self.listener, ssl=self.ssl_context
-        )
 
     def factory(self) -> SMTP:
         return SubmissionSMTP(
