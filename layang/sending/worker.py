@@ -241,18 +241,16 @@ class Worker:
             if simulator.is_simulated(r.address)
         }
         relayed = [r for r in recipients if r.address not in results]
+        # Read from the stored From header: once per copy, not once per recipient and use.
+        from_domain = transmission.from_domain
         for index, recipient in enumerate(relayed):
             token = self.return_paths.token(recipient.id)
             # Signed last, over the very bytes relayed; what is kept for retries stays
             # unsigned, so a retry is signed with whichever key is active then.
             copy = self.signer.sign(
-                self.return_paths.header(token) + raw,
-                transmission.account_id,
-                transmission.from_domain,
+                self.return_paths.header(token) + raw, transmission.account_id, from_domain
             )
-            mail_from = self.return_paths.address(
-                token, transmission.account_id, transmission.from_domain
-            )
+            mail_from = self.return_paths.address(token, transmission.account_id, from_domain)
             with self.books.in_flight(), timed_relay():
                 result = self.relay.send(
                     mail_from,
