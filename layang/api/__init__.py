@@ -23,8 +23,14 @@ from layang.api.errors import (
     register_error_handlers,
 )
 from layang.api.fields import ErrorSchema
+from layang.config import Config
 from layang.domain.accounts import authenticate_key
 from layang.sending.message import MAX_NESTING
+
+
+def service_config() -> Config:
+    """The configuration the app was built with (``create_app``)."""
+    return flask.current_app.config["LAYANG"]
 
 
 class RequestParser(FlaskParser):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from flask import current_app, g
+from flask import g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint
+from layang.api import Blueprint, service_config
 from layang.api.fields import (
     ISO_8601,
     CompatSchema,
@@ -90,17 +90,15 @@ class DomainSchema(ma.Schema):
 DomainListSchema = page_schema(DomainSchema, "DomainListSchema")
 
 
-def _config() -> Any:
-    return current_app.config["LAYANG"]
-
-
 @blp.route("/domains")
 class Domains(MethodView):
     @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, DomainListSchema)
     def get(self, query: dict[str, Any]) -> Page[DomainState]:
         """List sending domains, newest first"""
-        return list_domains(g.account, _config(), limit=query["limit"], cursor=query.get("cursor"))
+        return list_domains(
+            g.account, service_config(), limit=query["limit"], cursor=query.get("cursor")
+        )
 
     @blp.arguments(DomainInSchema())
     @blp.response(201, DomainSchema)
@@ -110,7 +108,9 @@ class Domains(MethodView):
 
         It starts `pending` with a fresh RSA-2048 DKIM key; publish its `records`, then verify.
         """
-        return create_domain(g.account, data["domain"], data.get("return_path_domain"), _config())
+        return create_domain(
+            g.account, data["domain"], data.get("return_path_domain"), service_config()
+        )
 
 
 @blp.route("/domains/<domain>")
@@ -119,7 +119,7 @@ class DomainByName(MethodView):
     @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
     def get(self, domain: str) -> DomainState:
         """Get a sending domain, as of its last check"""
-        return get_domain(g.account, domain, _config())
+        return get_domain(g.account, domain, service_config())
 
     @blp.response(204)
     @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
@@ -138,7 +138,7 @@ class VerifyDomain(MethodView):
         The domain is `verified` once a DKIM record matches; a pending key that matches starts
         signing.
         """
-        return verify_domain(g.account, domain, _config())
+        return verify_domain(g.account, domain, service_config())
 
 
 @blp.route("/domains/<domain>/dkim/rotate")
@@ -151,7 +151,7 @@ class RotateKey(MethodView):
         It is `pending`: signing moves to it once its record verifies; the old key signs until
         then, and is `retired` after.
         """
-        return rotate_key(g.account, domain, _config())
+        return rotate_key(g.account, domain, service_config())
 
 
 @blp.route("/domains/<domain>/dkim/<selector>")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from flask import current_app, g
+from flask import g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from layang.api import Blueprint
+from layang.api import Blueprint, service_config
 from layang.api.fields import (
     ISO_8601,
     CompatSchema,
@@ -121,10 +121,6 @@ EndpointListSchema = page_schema(EndpointSchema, "WebhookEndpointListSchema")
 AttemptListSchema = page_schema(AttemptSchema, "WebhookAttemptListSchema")
 
 
-def _config() -> Any:
-    return current_app.config["LAYANG"]
-
-
 @blp.route("/webhooks")
 class Webhooks(MethodView):
     @blp.arguments(CursorQuerySchema(), location="query")
@@ -141,7 +137,7 @@ class Webhooks(MethodView):
         The answer holds its `secret`, shown only here: keep it to verify signatures.
         """
         return create_endpoint(
-            g.account, data["url"], data["events"], data["description"], _config()
+            g.account, data["url"], data["events"], data["description"], service_config()
         )
 
 
@@ -158,7 +154,7 @@ class WebhookById(MethodView):
     @blp.alt_response(404, schema=ErrorSchema, description="No such endpoint in this account.")
     def patch(self, data: dict[str, Any], endpoint_id: str) -> Endpoint:
         """Change a webhook endpoint's URL, events or enabled state"""
-        return update_endpoint(g.account, endpoint_id, _config(), **data)
+        return update_endpoint(g.account, endpoint_id, service_config(), **data)
 
     @blp.response(204)
     @blp.alt_response(404, schema=ErrorSchema, description="No such endpoint in this account.")
@@ -176,7 +172,7 @@ class RotateSecret(MethodView):
 
         The answer holds the new `secret`; for 24 hours both secrets sign every request.
         """
-        return rotate_secret(g.account, endpoint_id, _config())
+        return rotate_secret(g.account, endpoint_id, service_config())
 
 
 @blp.route("/webhooks/<endpoint_id>/test")
