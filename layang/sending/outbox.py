@@ -283,12 +283,19 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
 
 def renew_leases(owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
     """Extend ``owner``'s lease on those of ``ids`` it still holds; returns them."""
+    return renew_leases_in("recipient", owner, ids, lease_seconds)
+
+
+def renew_leases_in(table: str, owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
+    """``renew_leases`` for any ``table`` held the same way (``lease_owner``,
+    ``lease_expires_at``, due while ``next_attempt_at`` is set): the recipients, the webhook
+    deliveries."""
     if not ids:
         return set()
     param = database.obj.param
     marks = ", ".join([param] * len(ids))
     cursor = database.execute_sql(
-        f'UPDATE "recipient" SET "lease_expires_at" = {param} '
+        f'UPDATE "{table}" SET "lease_expires_at" = {param} '
         f'WHERE "lease_owner" = {param} AND "next_attempt_at" IS NOT NULL AND "id" IN ({marks}) '
         'RETURNING "id"',
         [now_ms() + int(lease_seconds * 1000), owner, *ids],

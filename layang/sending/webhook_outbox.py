@@ -32,6 +32,7 @@ from layang.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
+from layang.sending.outbox import renew_leases_in
 
 EVENTS_PER_DELIVERY = 100
 # Events put into deliveries by one dispatcher in one go.
@@ -236,14 +237,8 @@ def renew_leases(owner: str, ids: Sequence[str], lease_seconds: float) -> set[st
     """Extend ``owner``'s lease on those of ``ids`` it still holds; returns them."""
     if not ids:
         return set()
-    marks = ", ".join([_param()] * len(ids))
     with write_transaction():
-        cursor = database.execute_sql(
-            _sql('UPDATE "webhook_delivery" SET "lease_expires_at" = ? WHERE "lease_owner" = ? ')
-            + f'AND "next_attempt_at" IS NOT NULL AND "id" IN ({marks}) RETURNING "id"',
-            [now_ms() + int(lease_seconds * 1000), owner, *ids],
-        )
-        return {row[0] for row in cursor.fetchall()}
+        return renew_leases_in("webhook_delivery", owner, ids, lease_seconds)
 
 
 def release_leases(owner: str) -> int:
