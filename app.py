@@ -1,3 +1,3 @@
-from layang.app import create_app
+from layang.serving.app import create_app
 
 app = create_app()

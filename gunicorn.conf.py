@@ -1,4 +1,4 @@
 """gunicorn -c gunicorn.conf.py wsgi:app, from a checkout: the settings of ``layang serve``
-(installed: ``gunicorn -c python:layang.gunicorn_conf layang.wsgi:app``)."""
+(installed: ``gunicorn -c python:layang.serving.gunicorn_conf layang.serving.wsgi:app``)."""
 
-from layang.gunicorn_conf import *  # noqa: F403
+from layang.serving.gunicorn_conf import *  # noqa: F403

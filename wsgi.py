@@ -1,3 +1,3 @@
-from layang.wsgi import app
+from layang.serving.wsgi import app
 
 __all__ = ["app"]

@@ -1,5 +1,5 @@
 """Per-message cost of building the MIME bytes: the ``EmailMessage``-based composer the
-service used before against ``layang.sending.compose.compose_message``.
+service used before against ``layang.mail.compose.compose_message``.
 
 Run with ``python bench/compose.py [messages]``. Two payloads: a realistic text+HTML order
 confirmation (non-ASCII names and subject, a custom header, a few recipients), and the same
@@ -18,9 +18,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from layang.sending.compose import compose_message as compose_typed
-from layang.sending.message import OutgoingMessage
-from tests.sending.test_compose import compose_message, reference_compose
+from layang.mail.compose import compose_message as compose_typed
+from layang.mail.message import OutgoingMessage
+from tests.mail.test_compose import compose_message, reference_compose
 
 MESSAGE_ID = "<01HZX3J5Q8W9V2K7M4N6P0R1ST@sender.example>"
 

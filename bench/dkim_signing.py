@@ -31,14 +31,14 @@ import dkim as dkimpy  # noqa: E402
 from bench.relay import free_port, message, reset, start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
+from layang.delivery.worker import Worker  # noqa: E402
 from layang.domain import accounts  # noqa: E402
 from layang.domain.intake import TransmissionRequest, accept_transmission  # noqa: E402
 from layang.domain.sending_domains import create_domain  # noqa: E402
+from layang.mail import dkim  # noqa: E402
+from layang.mail.compose import compose_message  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
 from layang.models import DkimKey, Recipient, SendingDomain  # noqa: E402
-from layang.sending import dkim  # noqa: E402
-from layang.sending.compose import compose_message  # noqa: E402
-from layang.sending.worker import Worker  # noqa: E402
 
 
 def queue(config: Config, account: accounts.Account, count: int) -> None:

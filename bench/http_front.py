@@ -1,4 +1,5 @@
-"""The HTTP front of ``layang serve`` (layang.http_front) against plain gunicorn ``gthread``.
+"""The HTTP front of ``layang serve`` (layang.serving.http_front) against plain gunicorn
+``gthread``.
 
 Two servers on the same data, measured alternately in one run: ``new`` is ``layang serve``'s
 settings (gunicorn.conf.py), ``old`` the same with gunicorn's own ``gthread`` worker and its

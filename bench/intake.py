@@ -223,7 +223,7 @@ def main() -> None:
 def describe_layang_settings(env: dict[str, str]) -> str:
     """The worker class, processes and threads that gunicorn.conf.py gives Layang."""
     code = (
-        "from layang.config import Config; from layang.serving import gunicorn_settings;"
+        "from layang.config import Config; from layang.serving.processes import gunicorn_settings;"
         "s = gunicorn_settings(Config.from_env());"
         "print(f\"{s['worker_class']} workers, {s['workers']} processes x "
         "{s.get('threads', 1)} threads\")"

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from layang.sending.compose import compose_message  # noqa: E402
-from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
-from layang.sending.relay import SmtpRelay  # noqa: E402
+from layang.delivery.relay import SmtpRelay  # noqa: E402
+from layang.mail.compose import compose_message  # noqa: E402
+from layang.mail.message import Mailbox, OutgoingMessage  # noqa: E402
 
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5

@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
+from layang.mail.compose import compose_message  # noqa: E402
+from layang.mail.message import Mailbox, OutgoingMessage  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
-from layang.sending.compose import compose_message  # noqa: E402
-from layang.sending.message import Mailbox, OutgoingMessage  # noqa: E402
 
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5

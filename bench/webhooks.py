@@ -47,8 +47,8 @@ from layang.config import Config  # noqa: E402
 from layang.db import database, is_postgresql, open_database  # noqa: E402
 from layang.domain import accounts, webhooks  # noqa: E402
 from layang.domain.intake import TransmissionRequest, accept_transmission  # noqa: E402
+from layang.mail import outbox  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
-from layang.sending import outbox  # noqa: E402
 
 TABLES_TOO = ("webhook_attempt", "webhook_delivery", "webhook_event", "webhook_endpoint")
 

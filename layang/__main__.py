@@ -1,3 +1,3 @@
-from layang.cli import main
+from layang.cli.commands import main
 
 main()

@@ -177,7 +177,8 @@ def serve_process_metrics(listener: socket.socket) -> None:
         daemon_threads = True
 
         def server_bind(self) -> None:
-            # Bound when the configuration was checked (layang.preflight): serve that socket.
+            # Bound when the configuration was checked (layang.serving.preflight): serve that
+            # socket.
             self.socket.close()
             self.socket = listener
             self.server_name, self.server_port = listener.getsockname()[:2]

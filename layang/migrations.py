@@ -407,8 +407,8 @@ def upgrade_once(url: str) -> list[int]:
     """``upgrade()`` the database at ``url`` (already opened) unless this process already did.
 
     A forked child inherits the record, so the gunicorn workers of a master that upgraded (see
-    ``layang.serving``) only open the database. A process that finds the database unreachable
-    records nothing and tries again on its next call. Raises as ``upgrade()`` does.
+    ``layang.serving.processes``) only open the database. A process that finds the database
+    unreachable records nothing and tries again on its next call. Raises as ``upgrade()`` does.
     """
     if url in _up_to_date:
         return []

@@ -6,7 +6,7 @@ import peewee
 
 import templates_store
 from layang.clock import now_ms
-from layang.db import database, new_id
+from layang.db import database, new_id, write_transaction
 
 SANDBOX = "sandbox"
 LIVE = "live"
@@ -285,9 +285,8 @@ class InboundMessage(BaseModel):
 MODELS.append(InboundMessage)
 
 
-# The template store's tables live in the same database as everything else.
-for _model in templates_store.MODELS:
-    _model.bind(database)
+# The template store's tables live in the same database as everything else, written like it.
+templates_store.bind(database, write_transaction=write_transaction)
 MODELS.extend(templates_store.MODELS)
 
 

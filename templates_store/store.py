@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
 import peewee
 
-from layang.clock import now_ms
-from layang.db import write_transaction
-from layang.pagination import Page, keyset_page
 from templates_store.css import inline_css
 from templates_store.errors import (
     InvalidTemplate,
@@ -27,7 +26,7 @@ from templates_store.errors import (
     TemplateNotFound,
     TemplateSyntaxError,
 )
-from templates_store.models import Template, TemplateVersion
+from templates_store.models import MODELS, Template, TemplateVersion
 from templates_store.render import (
     BODY_HTML,
     CompiledTemplate,
@@ -119,11 +118,52 @@ class _Prepared:
     compiled: CompiledTemplate
 
 
+@dataclass(frozen=True, slots=True)
+class TemplatePage:
+    """One page of :func:`list_templates`; ``next_cursor`` is ``None`` on the last page."""
+
+    items: tuple[TemplateRecord, ...]
+    next_cursor: str | None
+
+
+def now_ms() -> int:
+    """Now, in integer milliseconds since the epoch (UTC): the unit of every timestamp here."""
+    return time.time_ns() // 1_000_000
+
+
 def _db() -> peewee.Database:
     database = Template._meta.database
     if database is None:
         raise RuntimeError("templates_store models are not bound to a database")
     return database
+
+
+WriteTransaction = Callable[[peewee.Database], AbstractContextManager[Any]]
+_write_transaction: WriteTransaction | None = None
+
+
+def bind(
+    database: peewee.Database | peewee.DatabaseProxy,
+    *,
+    write_transaction: WriteTransaction | None = None,
+) -> None:
+    """Keep the templates in ``database``; every write runs in ``write_transaction(db)`` when
+    given (an application's own, say one that queues writers), else in ``_writing``'s."""
+    global _write_transaction
+    for model in MODELS:
+        model.bind(database)
+    _write_transaction = write_transaction
+
+
+def _writing() -> AbstractContextManager[Any]:
+    """A write transaction that takes SQLite's write lock at BEGIN: one that reads before it
+    writes would otherwise fail at once when another writer got in between."""
+    database = _db()
+    if _write_transaction is not None:
+        return _write_transaction(database)
+    if isinstance(database, peewee.SqliteDatabase):
+        return database.atomic("IMMEDIATE")
+    return database.atomic()
 
 
 def _check_name(name: Any) -> str:
@@ -258,7 +298,7 @@ def create_template(
     prepared = _prepare(subject, body_html, body_text)
     now = now_ms()
     try:
-        with write_transaction(_db()):
+        with _writing():
             template = Template.create(
                 account_id=account_id,
                 template_id=template_id,
@@ -279,33 +319,29 @@ def get_template(account_id: int, template_id: str) -> TemplateRecord:
     return _template_record(*_current(account_id, template_id))
 
 
-def list_templates(
-    account_id: int, *, limit: int = 50, after: str | None = None
-) -> Page[TemplateRecord]:
+def list_templates(account_id: int, *, limit: int = 50, after: str | None = None) -> TemplatePage:
     """Templates of the account ordered by id, at most ``limit`` of them, starting after the id
-    ``after``; the page's ``next_cursor`` is ``None`` on the last page.
+    ``after`` (keyset paging: templates added or removed meanwhile never shift a page).
 
     Raises ``ValueError`` when ``limit`` is not between 1 and :data:`MAX_LIST_LIMIT`.
     """
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-    query = (
+    condition = (Template.account_id == account_id) & (
+        TemplateVersion.version == Template.current_version
+    )
+    if after:
+        condition &= Template.template_id > after
+    # One row more than asked tells whether another page follows, without a COUNT.
+    rows = list(
         TemplateVersion.select(TemplateVersion, Template)
         .join(Template)
-        .where(
-            (Template.account_id == account_id)
-            & (TemplateVersion.version == Template.current_version)
-        )
+        .where(condition)
+        .order_by(Template.template_id)
+        .limit(limit + 1)
     )
-    page = keyset_page(
-        query,
-        Template.template_id,
-        limit=limit,
-        cursor=after,
-        descending=False,
-        key_of=lambda row: row.template.template_id,
-    )
-    return page.map(lambda row: _template_record(row.template, row))
+    following = rows[limit - 1].template.template_id if len(rows) > limit else None
+    return TemplatePage(tuple(_template_record(r.template, r) for r in rows[:limit]), following)
 
 
 def update_template(
@@ -345,7 +381,7 @@ def update_template(
         prepared = _prepare(new_subject, new_html, new_text)
         number = current.version + 1
         now = now_ms()
-        with write_transaction(_db()):
+        with _writing():
             # Compare-and-set on current_version: of two concurrent updates, one wins.
             won = (
                 Template.update(current_version=number, name=new_name, updated_at=now)
@@ -374,7 +410,7 @@ def update_template(
 
 def delete_template(account_id: int, template_id: str) -> None:
     """Delete the template and all its versions. Raises :class:`TemplateNotFound`."""
-    with write_transaction(_db()):
+    with _writing():
         template = Template.get_or_none(
             (Template.account_id == account_id) & (Template.template_id == template_id)
         )

@@ -13,12 +13,12 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from layang.app import create_app
 from layang.config import Config
 from layang.db import database
+from layang.delivery.worker import Worker
 from layang.domain import accounts
 from layang.models import Account
-from layang.sending.worker import Worker
+from layang.serving.app import create_app
 from tests.browser import browser, live_server  # noqa: F401 - fixtures
 from tests.dns_server import dns_zone  # noqa: F401 - fixture
 from tests.postgres.server import cluster, postgres_database, postgres_url  # noqa: F401 - fixtures

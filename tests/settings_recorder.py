@@ -39,6 +39,6 @@ def _get(self: Config, name: str) -> object:
 Config.__getattribute__ = _get  # type: ignore[method-assign]
 
 if __name__ == "__main__":
-    from layang.cli import main
+    from layang.cli.commands import main
 
     main(sys.argv[1:], prog_name="layang")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from layang.cli import main
+from layang.cli.commands import main
 from layang.config import describe_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_keys_have_scopes(layang, client):
 def test_run_prints_the_api_docs_and_console_urls_when_ready(config, tmp_path):
     import httpx
 
-    from tests.sending.test_crash import free_port, process_env, start, stop, wait_until
+    from tests.delivery.test_crash import free_port, process_env, start, stop, wait_until
 
     port = free_port()
     env = process_env(
@@ -289,7 +289,7 @@ def send_over_http(base, key):
 
 
 def test_the_services_read_only_settings_their_help_lists(tmp_path, upstream):
-    from tests.sending.test_crash import free_port, stop, wait_until
+    from tests.delivery.test_crash import free_port, stop, wait_until
 
     http, smtp, metrics = (f"127.0.0.1:{free_port()}" for _ in range(3))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}

@@ -10,8 +10,8 @@ import peewee
 import pytest
 
 from layang.db import database, new_id
+from layang.mail.outbox import Submission, enqueue
 from layang.models import Recipient, Transmission
-from layang.sending.outbox import Submission, enqueue
 
 
 def submission(transmission_id=None, subject="s", recipients=2):

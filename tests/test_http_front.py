@@ -1,10 +1,10 @@
-"""Where the HTTP front finds the end of a request (layang.http_front.RequestFrame)."""
+"""Where the HTTP front finds the end of a request (layang.serving.http_front.RequestFrame)."""
 
 from __future__ import annotations
 
 import pytest
 
-from layang.http_front import MAX_HEAD_BYTES, Framing, RequestFrame
+from layang.serving.http_front import MAX_HEAD_BYTES, Framing, RequestFrame
 
 HEAD = b"POST /v1/layang/transmissions HTTP/1.1\r\nHost: x\r\n"
 

@@ -13,8 +13,8 @@ import httpx
 
 from layang.domain import accounts
 from layang.models import Recipient, Transmission
-from tests.sending.test_crash import _healthy, free_port, kill_server, process_env, start, stop
-from tests.sending.test_crash import wait_until as wait_for
+from tests.delivery.test_crash import _healthy, free_port, kill_server, process_env, start, stop
+from tests.delivery.test_crash import wait_until as wait_for
 
 CLIENTS = 16
 

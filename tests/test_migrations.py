@@ -20,8 +20,8 @@ from layang.db import database, open_database
 from layang.migrations import MIGRATIONS, SchemaVersion, upgrade
 from layang.models import MODELS, Account
 from tests.conftest import BACKENDS
+from tests.delivery.test_crash import ROOT, _healthy, free_port, wait_until
 from tests.postgres.server import ADMIN_URL, query, with_database
-from tests.sending.test_crash import ROOT, _healthy, free_port, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 

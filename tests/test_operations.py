@@ -10,7 +10,7 @@ import sys
 import httpx
 
 from tests.browser import screenshot
-from tests.sending.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
+from tests.delivery.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
 
 
 def test_healthz(client):

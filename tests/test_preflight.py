@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from layang.config import Config
-from layang.preflight import HTTP, Needs, check
+from layang.serving.preflight import HTTP, Needs, check
+from tests.delivery.test_crash import free_port
 from tests.postgres.server import ADMIN_URL, with_database
-from tests.sending.test_crash import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def layang(args, tmp_path, *, python_prelude="", timeout=60, **settings):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
     env.update(LAYANG_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT))
     env.update({k: str(v) for k, v in settings.items()})
-    code = f"{python_prelude}\nfrom layang.cli import main\nmain()"
+    code = f"{python_prelude}\nfrom layang.cli.commands import main\nmain()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=workdir,
@@ -229,7 +229,7 @@ def test_a_certificate_without_its_key_is_refused(tmp_path):
 
 
 def test_a_key_that_does_not_match_the_certificate_is_refused(tmp_path):
-    from layang.smtpd.tls import _generate
+    from layang.submission.tls import _generate
 
     _generate(tmp_path / "a.crt", tmp_path / "a.key", "a.test")
     _generate(tmp_path / "b.crt", tmp_path / "b.key", "b.test")

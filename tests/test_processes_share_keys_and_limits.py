@@ -16,8 +16,8 @@ import pytest
 from layang.domain import accounts
 from layang.models import Transmission
 from tests.conftest import BACKENDS
-from tests.sending.test_crash import _healthy, free_port, process_env, start, stop, wait_until
-from tests.smtpd.test_submission import client_context
+from tests.delivery.test_crash import _healthy, free_port, process_env, start, stop, wait_until
+from tests.submission.test_submission import client_context
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 

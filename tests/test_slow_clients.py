@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.sending.test_crash import _healthy, free_port, process_env, start, stop, wait_until
+from tests.delivery.test_crash import _healthy, free_port, process_env, start, stop, wait_until
 
 SLOW_CLIENTS = 200
 SEND = {

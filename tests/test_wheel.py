@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.sending.test_crash import free_port, wait_until
+from tests.delivery.test_crash import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,8 +158,8 @@ def test_gunicorn_on_the_packaged_entry_points_answers_healthz(installed, tmp_pa
         "-m",
         "gunicorn",
         "-c",
-        "python:layang.gunicorn_conf",
-        "layang.wsgi:app",
+        "python:layang.serving.gunicorn_conf",
+        "layang.serving.wsgi:app",
     ]
     log = tmp_path / "gunicorn.log"
     server = start(command, tmp_path, env, log)
@@ -178,8 +178,8 @@ def test_gunicorn_with_a_wrong_setting_stops_with_one_line(installed, tmp_path):
             "-m",
             "gunicorn",
             "-c",
-            "python:layang.gunicorn_conf",
-            "layang.wsgi:app",
+            "python:layang.serving.gunicorn_conf",
+            "layang.serving.wsgi:app",
         ],
         cwd=tmp_path,
         env=env,

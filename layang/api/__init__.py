@@ -25,7 +25,7 @@ from layang.api.errors import (
 from layang.api.fields import ErrorSchema
 from layang.config import Config
 from layang.domain.accounts import authenticate_key
-from layang.sending.message import MAX_NESTING
+from layang.mail.message import MAX_NESTING
 
 
 def service_config() -> Config:

@@ -19,9 +19,9 @@ from layang.api.fields import (
     page_schema,
 )
 from layang.domain.records import ActivityRecord, list_activity
+from layang.mail.bounce_class import BOUNCE_CLASSES
 from layang.models import EVENT_KINDS
 from layang.pagination import Page
-from layang.sending.bounce_class import BOUNCE_CLASSES
 
 blp = Blueprint("activity", __name__, description="What happened to every email sent.")
 

@@ -27,9 +27,9 @@ from layang.domain.sandbox import (
     list_authorized_recipients,
     resend_verification,
 )
+from layang.mail.message import MAX_DISPLAY_NAME
 from layang.models import AuthorizedRecipient
 from layang.pagination import Page
-from layang.sending.message import MAX_DISPLAY_NAME
 
 blp = Blueprint(
     "authorized_recipients",

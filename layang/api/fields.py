@@ -9,7 +9,7 @@ import marshmallow as ma
 from marshmallow import fields
 
 from layang.clock import iso_ms
-from layang.sending.message import (
+from layang.mail.message import (
     MAX_NESTING,
     InvalidAddress,
     has_line_break,

@@ -20,7 +20,6 @@ from layang.api.fields import (
     Timestamp,
     page_schema,
 )
-from layang.pagination import Page
 from templates_store import ID_PATTERN, MAX_NAME_LENGTH, RenderLimits
 
 blp = Blueprint("templates", __name__, description="Stored templates with shortcodes.")
@@ -108,7 +107,7 @@ def _if_match_version(template_id: str) -> int | None:
 class Templates(MethodView):
     @blp.arguments(CursorQuerySchema(), location="query")
     @blp.response(200, TemplateListSchema)
-    def get(self, query: dict[str, Any]) -> Page[templates_store.TemplateRecord]:
+    def get(self, query: dict[str, Any]) -> templates_store.TemplatePage:
         """List templates, by id"""
         return templates_store.list_templates(
             g.account.id, limit=query["limit"], after=query.get("cursor")

@@ -26,7 +26,7 @@ from layang.api.fields import (
 from layang.api.idempotency import current_claim
 from layang.domain.intake import TransmissionRequest, accept_transmission, metadata_object
 from layang.domain.records import TransmissionView, get_transmission_view
-from layang.sending.message import (
+from layang.mail.message import (
     DISPOSITIONS,
     HEADER_NAME,
     MAX_ATTACHMENTS,

@@ -1,3 +1,5 @@
-"""What Layang is: accepting messages, accounts and their keys, sandbox recipients, activity
-records and engagement. The ways in (``api``, ``smtpd``, ``web``) call this layer; it calls
-``sending`` and the infrastructure below it, never back up."""
+"""What Layang is: accepting messages (``intake``, for the API and SMTP alike), accounts and
+their keys, sandbox recipients and consent, sending domains, activity records and engagement,
+feedback reports, suppressions, webhook endpoints, idempotency and rate limits. The ways in
+(``api``, ``web``, ``submission``, ``inbound``) call this layer; it calls ``mail``,
+``webhooks`` and the infrastructure below it, never back up, and never ``delivery``."""

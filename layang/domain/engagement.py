@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from layang.clock import iso_ms, now_ms
 from layang.db import is_postgresql, write_transaction
+from layang.mail.events import append_events
+from layang.mail.tracking import InvalidToken, TrackingToken
 from layang.models import CLICK, OPEN, SANDBOX, Account, Event, Recipient
-from layang.sending.events import append_events
-from layang.sending.tracking import InvalidToken, TrackingToken
 
 _USER_AGENT_MAX = 512
 REPEAT_WINDOW_MS = 60 * 60 * 1000

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import write_transaction
+from layang.mail.bounce_class import classify
+from layang.mail.events import append_events
+from layang.mail.return_path import InvalidReturnPath, ReturnPaths
 from layang.models import BOUNCE, COMPLAINT, DELAY, InboundMessage, Recipient, SendingDomain
-from layang.sending.bounce_class import classify
-from layang.sending.events import append_events
-from layang.sending.return_path import InvalidReturnPath, ReturnPaths
 
 log = logging.getLogger("layang.inbound")
 

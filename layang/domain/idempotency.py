@@ -18,7 +18,7 @@ and sends nothing. A process that dies between claim and commit leaves a claim w
 after ``CLAIM_TIMEOUT_MS`` (longer than a request may run) a repeat takes it over.
 
 Keys and answers expire after ``KEY_LIFETIME_MS``; the worker deletes them
-(``layang.sending.housekeeping``).
+(``layang.domain.housekeeping``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from layang.domain.errors import IdempotencyInFlight, IdempotencyKeyReused, Inva
 from layang.models import Account, IdempotencyAnswer, IdempotencyKey
 
 KEY_LIFETIME_MS = 24 * 3600 * 1000
-# gunicorn kills a request after 60 s (``layang.serving``); a claim older than that has no
+# gunicorn kills a request after 60 s (``layang.serving.processes``); a claim older than that has no
 # live holder on a well-configured host.
 CLAIM_TIMEOUT_MS = 120 * 1000
 _KEY_SHAPE = re.compile(r"^[\x20-\x7e]{1,255}$")

@@ -1,8 +1,18 @@
-"""Accepting a message: the rules that apply once a request is well formed, then ``enqueue``."""
+"""Accepting a message, whichever way it came in: the rules that apply once a request is well
+formed, in one order, then ``enqueue``.
+
+The HTTP API hands in a ``TransmissionRequest`` (a typed message, perhaps a template to fill
+in); SMTP submission a ``SubmittedMessage`` (finished MIME bytes and their envelope). Both go
+through ``accept_transmission``: content, size, sender, recipients, rate limit, suppression list,
+then one durable transaction with the idempotency key's answer. Each way in maps the domain
+errors it raises to its own replies in one place (``layang.api.errors``,
+``layang.submission.server``).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,10 +32,13 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
+from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage
+from layang.mail.outbox import Submission, enqueue, queue_message
+from layang.mail.submitted import PreparedMessage
+from layang.mail.suppression import suppressed_addresses
 from layang.models import Account
-from layang.sending.message import RECIPIENT_KINDS, OutgoingMessage
-from layang.sending.outbox import queue_message
-from layang.sending.suppression import suppressed_addresses
+
+log = logging.getLogger("layang.outbox")
 
 MAX_METADATA_BYTES = 10 * 1024
 """Metadata is kept with every activity record and webhook event: at most this much, as
@@ -140,41 +153,73 @@ def send_answer(transmission_id: str) -> str:
     return Accepted(transmission_id).answer()
 
 
+@dataclass(frozen=True, slots=True)
+class SubmittedMessage:
+    """A message submitted finished (SMTP): its envelope, and its bytes as they will be relayed
+    (``layang.mail.submitted.prepare_submission``, under ``transmission_id``, dated
+    ``accepted_at``)."""
+
+    transmission_id: str
+    accepted_at: int
+    mail_from: str
+    recipients: tuple[str, ...]
+    prepared: PreparedMessage
+
+    def kind_of(self, address: str) -> str:
+        """``to``, ``cc`` or ``bcc``: where the headers name ``address`` (nowhere: a bcc)."""
+        key = address.lower()
+        if key in self.prepared.header_to:
+            return "to"
+        return "cc" if key in self.prepared.header_cc else "bcc"
+
+
 def accept_transmission(
-    account: Account, request: TransmissionRequest, config: Config, claim: Claim | None = None
+    account: Account,
+    request: TransmissionRequest | SubmittedMessage,
+    config: Config,
+    claim: Claim | None = None,
 ) -> Accepted:
     """Queue the requested message; returns its transmission id and its suppressed recipients
     once it is durably stored, with the answer to ``claim``'s idempotency key when one is given.
 
-    Raises ``MessageTooLarge`` over ``LAYANG_MAX_MESSAGE_BYTES``, ``TemplateNotFound`` for an
-    unknown template, ``InvalidInput`` when the template leaves the message without a body
-    or subject, ``SenderNotAllowed`` / ``RecipientNotAuthorized`` when a sandbox account breaks
-    the sandbox rules, ``SenderDomainNotVerified`` when a live account must send from a
-    verified domain and does not, ``RateLimited`` over ``LAYANG_RATE_LIMIT`` (only messages
-    passing every other rule count), ``IdempotencyInFlight`` when another request with the key
-    committed first. Nothing is queued when it raises.
+    In this order, raises ``TemplateNotFound`` for an unknown template and ``InvalidInput``
+    when the template leaves the message without a body or subject; ``MessageTooLarge`` over
+    ``LAYANG_MAX_MESSAGE_BYTES``; ``SenderNotAllowed`` / ``SenderDomainNotVerified`` for a From
+    the account may not use (a sandbox account: only the sandbox sender; with
+    ``LAYANG_REQUIRE_VERIFIED_DOMAIN``, only its verified domains); ``RecipientNotAuthorized``
+    when a sandbox account names a recipient who has not consented; ``RateLimited`` over
+    ``LAYANG_RATE_LIMIT`` (only messages passing every other rule count);
+    ``IdempotencyInFlight`` when another request with the key committed first. Nothing is
+    queued when it raises.
     """
-    message = request.message
-    if request.template_id is not None:
-        message = _render_template(account, request)
-    if message.content_size() > config.max_message_bytes:
-        raise MessageTooLarge(config.max_message_bytes)
-    check_sender(account, message.sender.email, config)
-    check_sender_domain(account, message.sender.email, config)
-    check_recipients(
-        account,
-        {
+    if isinstance(request, SubmittedMessage):
+        sender = request.prepared.from_address["email"]
+        size = len(request.prepared.raw)
+        recipients = {"to": list(request.recipients)}
+    else:
+        message = request.message
+        if request.template_id is not None:
+            message = _render_template(account, request)
+        sender, size = message.sender.email, message.content_size()
+        recipients = {
             kind: [mailbox.email for mailbox in getattr(message, kind)]
             for kind in RECIPIENT_KINDS
             if getattr(message, kind)
-        },
-    )
+        }
+    if size > config.max_message_bytes:
+        raise MessageTooLarge(config.max_message_bytes)
+    # The header From is what recipients see and what DKIM and DMARC align with.
+    check_sender(account, sender, config)
+    check_sender_domain(account, sender, config)
+    check_recipients(account, recipients)
     take(account, config.rate_limit)
-    recipients = [address for address, _ in message.envelope_recipients()]
+    if isinstance(request, SubmittedMessage):
+        return _enqueue_submitted(account, request, claim)
+    addresses = [address for address, _ in message.envelope_recipients()]
     suppressed = suppressed_addresses(
-        account.id, recipients, transactional=message.is_transactional
+        account.id, addresses, transactional=message.is_transactional
     )
-    accepted = Accepted(new_id(), tuple(a for a in recipients if a.lower() in suppressed))
+    accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
     answer = claim.answer_rows(200, accepted.answer()) if claim else ()
     try:
         queue_message(
@@ -190,4 +235,44 @@ def accept_transmission(
             raise
         # Only the answer's unique key can clash: a holder of the same key got there first.
         raise IdempotencyInFlight() from None
+    return accepted
+
+
+def _enqueue_submitted(
+    account: Account, submitted: SubmittedMessage, claim: Claim | None
+) -> Accepted:
+    prepared = submitted.prepared
+    # SMTP has no way to say a message is not transactional: it is.
+    suppressed = suppressed_addresses(account.id, submitted.recipients, transactional=True)
+    accepted = Accepted(
+        submitted.transmission_id,
+        tuple(a for a in submitted.recipients if a.lower() in suppressed),
+    )
+    # The SMTP reply names only the id, and a replay answers like the first message.
+    answer = claim.answer_rows(200, send_answer(accepted.transmission_id)) if claim else ()
+    submission = Submission(
+        transmission_id=submitted.transmission_id,
+        created_at=submitted.accepted_at,
+        source="smtp",
+        mail_from=submitted.mail_from,
+        from_header=json.dumps(prepared.from_address),
+        subject=prepared.subject,
+        message_id=prepared.message_id,
+        metadata={},
+        recipients=[(address, submitted.kind_of(address)) for address in submitted.recipients],
+        raw=prepared.raw,
+        suppressed=suppressed,
+    )
+    try:
+        enqueue(account, submission, answer)
+    except peewee.IntegrityError:
+        if claim is None:
+            raise
+        raise IdempotencyInFlight() from None
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=smtp",
+        submitted.transmission_id,
+        account.name,
+        len(submitted.recipients),
+    )
     return accepted

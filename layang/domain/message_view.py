@@ -14,9 +14,9 @@ from email.parser import BytesParser
 from urllib.parse import unquote
 
 from layang.domain.errors import MessageUnavailable, NotFound
+from layang.mail.compose import compose_message
+from layang.mail.message import OutgoingMessage
 from layang.models import Account, Recipient, Transmission
-from layang.sending.compose import compose_message
-from layang.sending.message import OutgoingMessage
 
 _CID_URL = re.compile(r"cid:([^\s\"'()<>]+)", re.IGNORECASE)
 

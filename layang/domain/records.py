@@ -13,6 +13,7 @@ from peewee import fn
 
 from layang.db import is_postgresql
 from layang.domain.errors import NotFound
+from layang.mail.message import Mailbox
 from layang.models import (
     BOUNCE,
     DELAY,
@@ -24,7 +25,6 @@ from layang.models import (
     Transmission,
 )
 from layang.pagination import Page, keyset_page
-from layang.sending.message import Mailbox
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,10 @@ from layang.clock import now_ms
 from layang.config import Config
 from layang.db import write_transaction
 from layang.domain.errors import Conflict, NotFound, RecipientNotAuthorized, SenderNotAllowed
+from layang.mail.message import Mailbox, OutgoingMessage, is_simulated
+from layang.mail.outbox import queue_message
 from layang.models import UNVERIFIED, VERIFIED, Account, AuthorizedRecipient
 from layang.pagination import Page, keyset_page
-from layang.sending.message import Mailbox, OutgoingMessage
-from layang.sending.outbox import queue_message
-from layang.sending.simulator import is_simulated
 
 TOKEN_LIFETIME_MS = 7 * 24 * 3600 * 1000
 

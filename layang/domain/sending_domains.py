@@ -5,7 +5,7 @@ A domain belongs to one account. It is ``pending`` until one of its DKIM records
 DNS with the right key; that key becomes ``active`` and the domain ``verified`` from then on.
 ``rotate`` adds a ``pending`` key: once its record is found it becomes the active key and the
 one it replaces is ``retired`` (it still has its record published, for mail already on its way,
-until it is deleted). The worker signs with the active key (``layang.sending.dkim``).
+until it is deleted). The worker signs with the active key (``layang.mail.dkim``).
 
 The records to publish:
 
@@ -31,14 +31,15 @@ from urllib.parse import urlsplit
 
 import peewee
 
+from layang import sealing
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import write_transaction
 from layang.domain.dns_lookup import Answer, DnsLookup
 from layang.domain.errors import Conflict, InvalidInput, NotFound, SenderDomainNotVerified
+from layang.mail import dkim
 from layang.models import ACTIVE, PENDING, RETIRED, VERIFIED, Account, DkimKey, SendingDomain
 from layang.pagination import Page, keyset_page
-from layang.sending import dkim
 
 OK = "ok"
 MISSING = "missing"
@@ -285,7 +286,7 @@ def _add_key(row: SendingDomain, config: Config, taken: set[str]) -> DkimKey:
         bits=dkim.KEY_BITS,
         status=PENDING,
         public_key=public_key,
-        private_key=dkim.seal(
+        private_key=sealing.seal(
             private_pem, config.secret_key, dkim.key_context(selector, row.domain)
         ),
     )

@@ -2,7 +2,7 @@
 unsubscribe that adds one.
 
 Bounces, complaints and unsubscribes add entries by themselves, through the events they record
-(``layang.sending.events``); here an account reads its list, adds an address by hand and takes
+(``layang.mail.events``); here an account reads its list, adds an address by hand and takes
 one off. Addresses are compared lower-cased; an entry keeps the address as first listed.
 """
 
@@ -17,6 +17,9 @@ from peewee import fn
 from layang.clock import now_ms
 from layang.db import is_postgresql, write_transaction
 from layang.domain.errors import Conflict, InvalidInput, NotFound
+from layang.mail.events import append_events
+from layang.mail.message import InvalidAddress, normalize_address
+from layang.mail.unsubscribe import InvalidToken, UnsubscribeTokens
 from layang.models import (
     MANUAL,
     UNSUBSCRIBE,
@@ -27,9 +30,6 @@ from layang.models import (
     Transmission,
 )
 from layang.pagination import Page, keyset_page
-from layang.sending.events import append_events
-from layang.sending.message import InvalidAddress, normalize_address
-from layang.sending.unsubscribe import InvalidToken, UnsubscribeTokens
 
 MAX_NOTE = 1000
 

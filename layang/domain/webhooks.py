@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from layang import sealing
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import new_id, write_transaction
@@ -24,9 +25,7 @@ from layang.models import (
     WebhookEvent,
 )
 from layang.pagination import Page, keyset_page
-from layang.sending import dkim
-from layang.sending.webhook_dispatcher import secret_context
-from layang.sending.webhooks import new_secret, url_problem
+from layang.webhooks.wire import new_secret, secret_context, url_problem
 
 ALL_EVENTS = "*"
 # The type of the event ``send_test`` queues.
@@ -113,7 +112,7 @@ def _get(account: Account, endpoint_id: str) -> WebhookEndpoint:
 
 
 def _sealed(secret: str, endpoint_id: str, config: Config) -> bytes:
-    return dkim.seal(secret.encode(), config.secret_key, secret_context(endpoint_id))
+    return sealing.seal(secret.encode(), config.secret_key, secret_context(endpoint_id))
 
 
 def create_endpoint(

@@ -1,1 +1,2 @@
-"""The inbound mail server: bounce and complaint reports coming back."""
+"""The inbound mail server (``layang inbound``): the MX of the return-path domains, where
+bounce and complaint reports come back; ``reports`` reads them."""

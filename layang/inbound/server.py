@@ -23,8 +23,8 @@ from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, mailbox_for, record_inbound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
 from layang.inbound.reports import read_report
-from layang.sending.return_path import ReturnPaths
-from layang.sending.unsubscribe import UnsubscribeTokens
+from layang.mail.return_path import ReturnPaths
+from layang.mail.unsubscribe import UnsubscribeTokens
 from layang.smtpd.capped import CappedSMTP, ListeningController
 from layang.smtpd.limits import ConnectionLimits
 

@@ -1,1 +1,3 @@
-"""SMTP submission: an aiosmtpd server that only enqueues, like every other way in."""
+"""What Layang's two SMTP servers (submission and inbound) share: a session admitted under a
+cap on connections (in all and per client address), a size refusal that names its limit, and a
+controller that serves the socket the configuration check bound."""

@@ -88,7 +88,7 @@ class ListeningController(Controller):
     def _create_server(self) -> Any:
         if self.listener is None:
             return super()._create_server()
-        # Serve on the socket bound when the configuration was checked (layang.preflight).
+        # Serve on the socket bound when the configuration was checked (layang.serving.preflight).
         return self.loop.create_server(
             self._factory_invoker, sock=self.listener, ssl=self.ssl_context
         )

@@ -22,14 +22,14 @@ from layang.clock import iso_ms
 from layang.domain import message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
-from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
-from layang.sending.message import (
+from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
     has_line_break,
     nested_too_deep,
     normalize_address,
 )
+from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
 from layang.web.csrf import FormExpired
 
 PREVIEW_DATA_MAX = 64 * 1024

@@ -14,8 +14,8 @@ from flask import current_app, render_template, request
 from werkzeug.exceptions import NotFound
 
 from layang.domain.engagement import follow_tracking_link
+from layang.mail.tracking import InvalidToken, Tracker
 from layang.models import CLICK, OPEN
-from layang.sending.tracking import InvalidToken, Tracker
 
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
 _DAY_MS = 24 * 60 * 60 * 1000

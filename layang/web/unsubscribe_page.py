@@ -13,7 +13,7 @@ from flask import current_app, render_template
 
 from layang.domain.errors import NotFound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
-from layang.sending.unsubscribe import UnsubscribeTokens
+from layang.mail.unsubscribe import UnsubscribeTokens
 
 
 def _tokens() -> UnsubscribeTokens:

@@ -11,11 +11,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
+from layang import sealing
 from layang.domain import accounts
 from layang.domain.dns_lookup import DnsLookup
 from layang.domain.sending_domains import verify_domain
+from layang.mail import dkim
 from layang.models import DkimKey
-from layang.sending import dkim
 from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
@@ -293,12 +294,12 @@ def test_private_keys_are_encrypted_with_a_key_from_the_secret(client, auth, con
     sealed = bytes(key.private_key)
     assert b"PRIVATE KEY" not in sealed and b"MII" not in sealed
     context = dkim.key_context(key.selector, "example.com")
-    pem = dkim.unseal(sealed, config.secret_key, context)
+    pem = sealing.unseal(sealed, config.secret_key, context)
     assert pem.startswith(b"-----BEGIN RSA PRIVATE KEY-----")
-    with pytest.raises(dkim.KeyUnavailable):
-        dkim.unseal(sealed, "another-secret", context)
-    with pytest.raises(dkim.KeyUnavailable):
-        dkim.unseal(sealed, config.secret_key, dkim.key_context(key.selector, "other.com"))
+    with pytest.raises(sealing.KeyUnavailable):
+        sealing.unseal(sealed, "another-secret", context)
+    with pytest.raises(sealing.KeyUnavailable):
+        sealing.unseal(sealed, config.secret_key, dkim.key_context(key.selector, "other.com"))
 
 
 def test_the_openapi_document_describes_the_domains(client):

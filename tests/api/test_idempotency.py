@@ -8,14 +8,13 @@ import threading
 import pytest
 
 from layang.api.transmissions import TransmissionRequestSchema
-from layang.domain import accounts, idempotency
+from layang.delivery.worker import Worker
+from layang.domain import accounts, housekeeping, idempotency
 from layang.domain.errors import IdempotencyInFlight
 from layang.domain.intake import accept_transmission
 from layang.models import IdempotencyAnswer, IdempotencyKey, Transmission
-from layang.sending import housekeeping
-from layang.sending.worker import Worker
 from tests.conftest import BACKENDS, drain
-from tests.sending.test_crash import wait_until
+from tests.delivery.test_crash import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 
@@ -157,7 +156,8 @@ def test_expired_keys_start_over_and_the_worker_deletes_them(client, auth, confi
     IdempotencyKey.update(expires_at=1).where(IdempotencyKey.key == "old").execute()
     IdempotencyAnswer.update(expires_at=1).where(IdempotencyAnswer.key == "old").execute()
     stop = threading.Event()
-    worker = threading.Thread(target=Worker(config, name="housekeeper").run, args=(stop,))
+    housekeeper = Worker(config, name="housekeeper", chores=[housekeeping.delete_expired])
+    worker = threading.Thread(target=housekeeper.run, args=(stop,))
     worker.start()
     try:
         wait_until(lambda: {k.key for k in IdempotencyKey.select()} == {"daily"}, 10, "not deleted")

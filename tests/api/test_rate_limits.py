@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from layang.config import RateLimit
+from layang.domain import housekeeping
 from layang.models import RateWindow, Transmission
-from layang.sending import housekeeping
 from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from layang.mail.message import OutgoingMessage
 from layang.models import Recipient, Transmission
-from layang.sending.message import OutgoingMessage
 from tests.conftest import b64
 
 URL = "/v1/layang/transmissions"
@@ -417,7 +417,7 @@ def test_everything_but_the_pages_keeps_the_error_body(client, auth):
 
 
 def test_internal_error_has_the_shape_and_no_trace(config):
-    from layang.app import create_app
+    from layang.serving.app import create_app
 
     app = create_app(config)
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from layang.cli import main
-from layang.cli_send import default_base_url
+from layang.cli.commands import main
+from layang.cli.send import default_base_url
 from layang.config import Config
 from tests.client.conftest import delivered_to
 from tests.conftest import drain

@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 
 from layang.client import Layang, LayangError, NotFoundError, ValidationError, verify_webhook
 from layang.config import Config
-from layang.sending.webhook_dispatcher import Dispatcher
+from layang.webhooks.dispatcher import Dispatcher
 from tests.webhook_receiver import Receiver
 
 

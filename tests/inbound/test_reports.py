@@ -18,9 +18,9 @@ import pytest
 
 from layang.config import Config
 from layang.inbound.server import InboundController, inbound_server
-from layang.sending.return_path import InvalidReturnPath, ReturnPaths
+from layang.mail.return_path import InvalidReturnPath, ReturnPaths
 from tests.conftest import BACKENDS, drain
-from tests.sending.test_crash import ROOT, free_port
+from tests.delivery.test_crash import ROOT, free_port
 
 URL = "/v1/layang/transmissions"
 RECIPIENT = "ana@rcpt.test"
@@ -389,7 +389,7 @@ def test_a_message_over_the_size_limit_is_refused(inbound):
 
 
 def test_layang_run_starts_the_inbound_server_and_stops_it_on_ctrl_c(config, tmp_path: Path):
-    from tests.sending.test_crash import process_env, start, stop, wait_until
+    from tests.delivery.test_crash import process_env, start, stop, wait_until
 
     inbound_port = free_port()
     env = process_env(
@@ -419,7 +419,7 @@ def test_layang_run_starts_the_inbound_server_and_stops_it_on_ctrl_c(config, tmp
 
 
 def test_no_one_can_put_their_own_x_layang_id_in_a_message(client, auth):
-    from layang.smtpd.submitted import prepare_submission
+    from layang.mail.submitted import prepare_submission
 
     forged = "a" * 42
     response = client.post(

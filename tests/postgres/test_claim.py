@@ -7,8 +7,8 @@ import threading
 import time
 
 from layang.db import database
+from layang.delivery.queue import RECIPIENTS, claim_due_recipients
 from layang.models import Recipient
-from layang.sending.outbox import claim_due_recipients, release_leases
 
 
 def test_concurrent_claimers_never_share_a_row(queue_many):
@@ -60,5 +60,5 @@ def test_expired_lease_is_taken_over_and_released_leases_come_back(queue_many):
     time.sleep(0.3)
     taken_over = claim_due_recipients("alive", 10, lease_seconds=60)
     assert {r.id for r in taken_over} == {r.id for r in first}
-    assert release_leases("alive") == 4
+    assert RECIPIENTS.release("alive") == 4
     assert len(claim_due_recipients("next", 10, lease_seconds=60)) == 4

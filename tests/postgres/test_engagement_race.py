@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from layang.sending.tracking import Tracker
+from layang.mail.tracking import Tracker
 from tests.conftest import BACKENDS
-from tests.sending.test_crash import _healthy, free_port, process_env, start, stop, wait_until
+from tests.delivery.test_crash import _healthy, free_port, process_env, start, stop, wait_until
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import flask
 import pytest
 
-from layang.app import create_app
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection
 from layang.models import Account, Recipient
+from layang.serving.app import create_app
 from tests.postgres.server import connect
 
 MESSAGE = {

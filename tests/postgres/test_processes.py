@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tests.postgres.server import query, reset_schema
-from tests.sending.test_crash import (
+from tests.delivery.test_crash import (
     ROOT,
     _healthy,
     all_delivered,
@@ -22,6 +21,7 @@ from tests.sending.test_crash import (
     stop,
     wait_until,
 )
+from tests.postgres.server import query, reset_schema
 from tests.test_migrations import process_env as migration_env
 
 

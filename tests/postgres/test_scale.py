@@ -9,7 +9,7 @@ import time
 import httpx
 
 from layang.models import Recipient
-from tests.sending.test_crash import (
+from tests.delivery.test_crash import (
     _healthy,
     all_delivered,
     free_port,

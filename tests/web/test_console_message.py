@@ -14,8 +14,8 @@ from layang.clock import now_ms
 from layang.db import write_transaction
 from layang.domain import accounts, records
 from layang.domain.message_view import parse_message
+from layang.mail.events import append_events
 from layang.models import Transmission
-from layang.sending.events import append_events
 from tests.conftest import BACKENDS, b64, drain
 from tests.web.test_console import _login
 

@@ -11,7 +11,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from layang.domain import accounts
-from layang.sending.webhook_dispatcher import Dispatcher
+from layang.webhooks.dispatcher import Dispatcher
 from tests.browser import screenshot
 from tests.web.test_console import _login, sign_in
 from tests.webhook_receiver import Receiver

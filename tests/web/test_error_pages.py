@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from layang.app import create_app
 from layang.db import database
+from layang.serving.app import create_app
 from tests.browser import screenshot
-from tests.sending.test_crash import free_port
+from tests.delivery.test_crash import free_port
 
 FORM_EXPIRED = "The form expired; reload the page and try again."
 

@@ -1,0 +1,491 @@
+"""The ``layang`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from dataclasses import replace
+from typing import Any, NoReturn
+
+import click
+
+from layang.api.errors import describe
+from layang.cli.send import send as send_command
+from layang.clock import iso_ms
+from layang.config import Config, ConfigError, describe_settings
+from layang.db import database, open_database
+from layang.domain import accounts, sending_domains
+from layang.domain.errors import LayangError, NotFound
+from layang.logs import configure_logging
+from layang.migrations import upgrade, upgrade_once
+from layang.models import FULL, SCOPES, Account
+from layang.serving.preflight import (
+    CREATE,
+    EXISTING,
+    HTTP,
+    INBOUND,
+    SMTP,
+    WORKER_METRICS,
+    DatabaseUnreachable,
+    Listeners,
+    Needs,
+    NoDatabase,
+    PreflightError,
+    check,
+    database_location,
+)
+
+CONFIG_ERROR_STATUS = 2
+"""The exit status of a command stopped by a setting that cannot work (as for a usage error):
+retrying cannot help (systemd: ``RestartPreventExitStatus=2``)."""
+UNAVAILABLE_STATUS = 1
+"""The exit status when the database does not answer: it may, so restarting later can help."""
+
+# The settings each part of Layang reads, by Config field: a command's --help lists those of
+# its parts (tests/test_cli.py checks them against what the command actually reads).
+STORE = ("data_dir", "database_url")
+LOGS = ("log_level", "log_format")
+API = (
+    "http_bind",
+    "public_url",
+    "secret_key",
+    "sandbox_sender",
+    "max_message_bytes",
+    "tracking_token_days",
+    "require_verified_domain",
+    "rate_limit",
+    "dns_resolver",
+    "inbound_host",
+    "relay_url",  # its host goes in the SPF record a sending domain should publish
+    "webhook_allow_private",
+    "bounce_domain",
+)
+GUNICORN = ("http_workers", "http_threads")
+SUBMISSION = (
+    "smtp_bind",
+    "smtp_tls_cert",
+    "smtp_tls_key",
+    "smtp_max_connections",
+    "smtp_max_connections_per_address",
+    "smtp_auth_timeout_seconds",
+    "smtp_max_auth_failures",
+    "sandbox_sender",
+    "max_message_bytes",
+    "require_verified_domain",
+    "rate_limit",
+)
+DELIVERY = (
+    "relay_url",
+    "retry_base_seconds",
+    "max_delivery_seconds",
+    "lease_seconds",
+    "worker_poll_seconds",
+    "worker_batch_size",
+    "worker_metrics_bind",
+    "public_url",
+    "tracking_token_days",
+    "secret_key",
+    "bounce_domain",  # the mailto: of List-Unsubscribe
+    "webhook_retry_schedule",
+    "webhook_allow_private",
+)
+INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
+DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
+
+
+class Uses:
+    """What a command needs checked before it starts (``needs``) and the settings it reads
+    (``settings``, Config field names, listed in its --help)."""
+
+    def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
+        self.needs = needs
+        self.settings = tuple(dict.fromkeys(name for part in parts for name in part))
+
+    def __call__(self, command: click.Command) -> click.Command:
+        rows = describe_settings(self.settings)
+        width = max(len(variable) for variable, _ in rows)
+        lines = [f"  {variable.ljust(width)}  {shown}" for variable, shown in rows]
+        # "\b" keeps click from rewrapping the table.
+        command.epilog = "\b\nEnvironment (and .env), with defaults:\n" + "\n".join(lines)
+        command.layang_uses = self  # type: ignore[attr-defined]
+        return command
+
+
+def fail(line: str, status: int = CONFIG_ERROR_STATUS) -> NoReturn:
+    """Stop the command: ``line`` on stderr, exit ``status``."""
+    click.echo(line, err=True)
+    sys.exit(status)
+
+
+def load_config(*, store_secret: bool = True) -> Config:
+    """The configuration; a setting that cannot be parsed stops the command here."""
+    try:
+        return Config.from_env(store_secret=store_secret)
+    except ConfigError as error:
+        fail(str(error))
+
+
+def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
+    """The current command's configuration, checked (``layang.serving.preflight``) before anything
+    starts, and the sockets of its listeners, bound. Stops the command with one line on stderr
+    and exit status 2 at the first setting that cannot work (1 if the database does not answer,
+    unless the command waits for it); nothing has been created then.
+
+    ``service``: a long-running command, whose logs go to stdout.
+    """
+    uses: Uses = click.get_current_context().command.layang_uses  # type: ignore[attr-defined]
+    needs = uses.needs
+    config = load_config(store_secret=False)
+    try:
+        listeners = check(config, needs)
+    except DatabaseUnreachable as error:
+        if not needs.database_may_wait:
+            fail(str(error), UNAVAILABLE_STATUS)
+        click.echo(f"{error}; starting anyway, answering 503 until it does", err=True)
+        listeners = _check(config, replace(needs, database=None))
+    except PreflightError as error:
+        fail(str(error))
+    if "secret_key" in uses.settings:
+        config = load_config()  # checked: now the secret key may be stored in the data dir
+    if service:
+        configure_logging(config)
+    return config, listeners
+
+
+def _check(config: Config, needs: Needs) -> Listeners:
+    try:
+        return check(config, needs)
+    except PreflightError as error:
+        fail(str(error))
+
+
+def open_db(config: Config, mode: str = CREATE) -> None:
+    """Open the database with its schema up to date, upgrading it if needed. With
+    ``EXISTING``, a database without Layang's schema stops the command instead."""
+    open_database(config.database_url)
+    if mode == EXISTING and not database.table_exists("account"):
+        fail(str(NoDatabase(config.database_url)))
+    upgrade_once(config.database_url)
+
+
+def account_named(name: str, config: Config) -> Account:
+    """The account ``name``; ``NotFound`` says which database was searched and what it holds."""
+    try:
+        return accounts.get_account(name)
+    except NotFound:
+        names = [a.name for a in Account.select(Account.name).order_by(Account.name).limit(11)]
+        held = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
+        holds = f"its accounts: {held}" if names else "it holds no accounts"
+        where = database_location(config.database_url)
+        raise NotFound(f"No account named {name!r} in {where} ({holds}).") from None
+
+
+def emit(value: Any) -> None:
+    click.echo(json.dumps(value))
+
+
+@click.group()
+@click.version_option(package_name="layang")
+def main() -> None:
+    """Layang: transactional email over HTTP and SMTP.
+
+    Every command checks its configuration before it starts anything; a setting that cannot
+    work stops it with one line naming the variable, and exit status 2. `layang COMMAND
+    --help` lists the variables a command reads.
+    """
+
+
+EVERYTHING = Uses(
+    Needs(CREATE, relay=True, smtp_tls=True, listeners=(HTTP, SMTP, INBOUND, WORKER_METRICS)),
+    STORE,
+    API,
+    SUBMISSION,
+    DELIVERY,
+    INBOUND_SETTINGS,
+    LOGS,
+)
+
+
+@EVERYTHING
+@main.command()
+def run() -> None:
+    """HTTP API, sender worker, SMTP submission and inbound servers in one process
+    (development, embedded defaults)."""
+    from layang.serving.processes import on_stop_signal, run_all
+
+    config, listeners = prepare(service=True)
+    open_db(config)
+    if not Account.select().exists():
+        account = accounts.create_account("default", live=True)
+        _, secret = accounts.create_api_key(account, label="created by layang run")
+        click.echo(f"Created account 'default' (live) with API key: {secret}")
+        click.echo("Keep it: it is shown only this once. To use it in this shell:")
+        click.echo(f"  export LAYANG_KEY={secret}")
+    stop = threading.Event()
+    on_stop_signal(stop)
+
+    def print_urls() -> None:
+        click.echo(f"API: {config.public_url}/v1")
+        click.echo(f"Docs: {config.public_url}/docs")
+        click.echo(f"Console: {config.public_url}/console")
+
+    run_all(config, stop, listeners, on_ready=print_urls)
+
+
+@Uses(Needs(CREATE, listeners=(HTTP,), database_may_wait=True), STORE, API, GUNICORN, LOGS)
+@main.command()
+def serve() -> None:
+    """HTTP API only, under gunicorn (production)."""
+    from layang.serving.processes import serve_gunicorn
+
+    config, listeners = prepare(service=True)
+    # The gunicorn master upgrades the schema once, before its workers start.
+    serve_gunicorn(config, listeners.take(HTTP))
+
+
+@Uses(Needs(CREATE, relay=True, listeners=(WORKER_METRICS,)), STORE, DELIVERY, LOGS)
+@main.command()
+def worker() -> None:
+    """The sender: relays queued mail upstream and records activity."""
+    from layang.serving.processes import on_stop_signal, run_sender, start_worker
+
+    config, listeners = prepare(service=True)
+    open_db(config)
+    sender = start_worker(config, listeners.take(WORKER_METRICS))
+    stop = threading.Event()
+    on_stop_signal(stop)
+    run_sender(config, sender, stop)
+
+
+@Uses(Needs(CREATE, smtp_tls=True, listeners=(SMTP,)), STORE, SUBMISSION, LOGS)
+@main.command()
+def smtpd() -> None:
+    """The SMTP submission server (STARTTLS, AUTH with an API key)."""
+    from layang.serving.processes import on_stop_signal, serve_until, start_smtpd
+
+    config, listeners = prepare(service=True)
+    open_db(config)
+    server = start_smtpd(config, listeners.take(SMTP))
+    stop = threading.Event()
+    on_stop_signal(stop)
+    serve_until(stop, server)
+
+
+@Uses(Needs(CREATE, listeners=(INBOUND,)), STORE, INBOUND_SETTINGS, LOGS)
+@main.group(invoke_without_command=True)
+@click.pass_context
+def inbound(context: click.Context) -> None:
+    """The inbound SMTP server for bounce and complaint reports (the return-path MX)."""
+    if context.invoked_subcommand is not None:
+        return
+    from layang.serving.processes import on_stop_signal, serve_until, start_inbound
+
+    config, listeners = prepare(service=True)
+    open_db(config)
+    server = start_inbound(config, listeners.take(INBOUND))
+    stop = threading.Event()
+    on_stop_signal(stop)
+    serve_until(stop, server)
+
+
+@Uses(Needs(EXISTING), STORE)
+@inbound.command("list")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+def inbound_list(limit: int) -> None:
+    """Inbound mail that was not a readable report, newest first."""
+    from layang.domain.feedback import list_unrecognised
+
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    emit(
+        [
+            {
+                "id": entry.id,
+                "receivedAt": iso_ms(entry.received_at),
+                "mailFrom": entry.mail_from,
+                "rcptTo": list(entry.rcpt_to),
+                "size": entry.size,
+                "reason": entry.reason,
+                "subject": _subject(entry.raw),
+            }
+            for entry in list_unrecognised(limit)
+        ]
+    )
+
+
+def _subject(raw: bytes) -> str:
+    from email.parser import BytesHeaderParser
+    from email.policy import compat32
+
+    head = raw.split(b"\r\n\r\n", 1)[0][:65536]
+    try:
+        value = BytesHeaderParser(policy=compat32).parsebytes(head).get("Subject", "")
+        return " ".join(str(value).split())[:200]
+    except Exception:  # a listing must show even what does not parse
+        return ""
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@Uses(Needs(CREATE), STORE)
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the schema (idempotent)."""
+    config, _ = prepare()
+    open_database(config.database_url)
+    applied = upgrade()
+    emit({"applied": applied})
+
+
+@main.group("accounts")
+def accounts_group() -> None:
+    """Accounts."""
+
+
+@Uses(Needs(CREATE), STORE)
+@accounts_group.command("create")
+@click.argument("name")
+@click.option("--live", is_flag=True, help="A live account (default: sandbox).")
+def accounts_create(name: str, live: bool) -> None:
+    """Create an account; prints {"id", "name", "mode"}."""
+    open_db(prepare()[0])
+    with domain_errors():
+        account = accounts.create_account(name, live=live)
+    emit({"id": account.id, "name": account.name, "mode": account.mode})
+
+
+@main.group("keys")
+def keys_group() -> None:
+    """API keys."""
+
+
+@Uses(Needs(EXISTING), STORE)
+@keys_group.command("create")
+@click.argument("name")
+@click.option("--label", default="", help="A note to tell keys apart.")
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPES),
+    default=FULL,
+    show_default=True,
+    help="full: everything; send: only submit mail (API send, SMTP); read: only GET.",
+)
+def keys_create(name: str, label: str, scope: str) -> None:
+    """New API key for account NAME; prints {"id", "key", "account", "scope"} (the key only
+    here)."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        key, secret = accounts.create_api_key(account_named(name, config), label, scope)
+    emit({"id": key.id, "key": secret, "account": name, "scope": key.scope})
+
+
+@Uses(Needs(EXISTING), STORE)
+@keys_group.command("list")
+@click.argument("name")
+def keys_list(name: str) -> None:
+    """List the keys of account NAME (never their secrets)."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        keys = accounts.list_api_keys(account_named(name, config))
+    emit(
+        [
+            {
+                "id": k.id,
+                "label": k.label,
+                "prefix": k.prefix,
+                "scope": k.scope,
+                "createdAt": iso_ms(k.created_at),
+                "revokedAt": iso_ms(k.revoked_at) if k.revoked_at else None,
+            }
+            for k in keys
+        ]
+    )
+
+
+@Uses(Needs(EXISTING), STORE)
+@keys_group.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key at once."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        try:
+            key = accounts.revoke_api_key(key_id)
+        except NotFound as error:
+            where = database_location(config.database_url)
+            raise NotFound(f"{error.message.rstrip('.')} in {where}.") from None
+    emit({"id": key.id, "revokedAt": iso_ms(key.revoked_at)})
+
+
+@main.group("domains")
+def domains_group() -> None:
+    """Sending domains: the DNS records to publish, and DKIM."""
+
+
+def _dump_domain(state: Any) -> dict[str, Any]:
+    from layang.api.domains import DomainSchema
+
+    return DomainSchema().dump(state)
+
+
+@Uses(Needs(EXISTING), STORE, DOMAINS)
+@domains_group.command("add")
+@click.argument("name")
+@click.argument("domain")
+@click.option("--return-path-domain", default=None, help="Default: bounces.DOMAIN.")
+def domains_add(name: str, domain: str, return_path_domain: str | None) -> None:
+    """Add DOMAIN to account NAME; prints it with the records to publish."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        account = account_named(name, config)
+        state = sending_domains.create_domain(account, domain, return_path_domain, config)
+    emit(_dump_domain(state))
+
+
+@Uses(Needs(EXISTING), STORE, DOMAINS)
+@domains_group.command("list")
+@click.argument("name")
+def domains_list(name: str) -> None:
+    """List account NAME's sending domains, as of their last check."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        page = sending_domains.list_domains(account_named(name, config), config, limit=500)
+    emit([_dump_domain(state) for state in page.items])
+
+
+@Uses(Needs(EXISTING), STORE, DOMAINS)
+@domains_group.command("verify")
+@click.argument("name")
+@click.argument("domain")
+def domains_verify(name: str, domain: str) -> None:
+    """Check DOMAIN's records in DNS now; prints the domain with each record's status."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        state = sending_domains.verify_domain(account_named(name, config), domain, config)
+    emit(_dump_domain(state))
+
+
+class domain_errors:
+    """Print a domain error as the contract's error body on stderr and exit 1."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
+        if isinstance(error, LayangError):
+            click.echo(json.dumps(describe(error).body()), err=True)
+            sys.exit(1)
+        return False
+
+
+main.add_command(Uses(Needs(None), ("http_bind",))(send_command))

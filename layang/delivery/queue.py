@@ -1,0 +1,247 @@
+"""The worker's side of the outbox: claiming due recipients, reading their messages, and
+recording each attempt's outcome with its events.
+
+Outcomes are recorded only for the recipients the worker still holds (its lease), in one
+transaction per batch: one UPDATE for all the recipients and one INSERT for all their events,
+with what follows from the events (webhook rows, suppressions; see ``layang.mail.events``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layang.clock import iso_ms, now_ms
+from layang.db import database, is_postgresql, write_transaction
+from layang.delivery import simulator
+from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
+from layang.mail.bounce_class import classify
+from layang.mail.events import append_events
+from layang.mail.message import OutgoingMessage
+from layang.mail.suppression import suppressed_event_detail
+from layang.models import BOUNCE, COMPLAINT, DELAY, DELIVERY, SUPPRESSED
+from layang.queueing.leases import LeasedTable
+from layang.queueing.retry import RetryPolicy
+
+log = logging.getLogger("layang.outbox")
+
+RECIPIENTS = LeasedTable(
+    "recipient",
+    returning=("id", "transmission_id", "address", "attempts", "created_at", "next_attempt_at"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRecipient:
+    """One email a worker holds under lease: what it needs to send and record it."""
+
+    id: str
+    transmission_id: str
+    address: str
+    attempts: int
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedTransmission:
+    """What the worker needs of a transmission to relay it: the stored message (``payload``)
+    or its finished bytes (``raw``)."""
+
+    id: str
+    mail_from: str
+    message_id: str
+    payload: str | None
+    raw: bytes | None
+    account_id: int = 0
+    from_header: str = ""
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the message is transactional (see ``OutgoingMessage.is_transactional``);
+        SMTP submissions always are."""
+        if self.payload is None:
+            return True
+        return OutgoingMessage.from_payload(json.loads(self.payload)).is_transactional
+
+    @property
+    def from_domain(self) -> str:
+        """The domain of the From header (the address DKIM aligns with), lower-cased."""
+        try:
+            address = json.loads(self.from_header)["email"]
+        except (ValueError, KeyError, TypeError):
+            address = self.mail_from
+        return address.rpartition("@")[2].rstrip(".").lower()
+
+
+def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[ClaimedRecipient]:
+    """Lease up to ``limit`` due recipients to ``owner`` and return them, oldest due first."""
+    rows = RECIPIENTS.claim(owner, limit, lease_seconds)
+    rows.sort(key=lambda row: (row[5], row[0]))
+    return [ClaimedRecipient(*row[:5]) for row in rows]
+
+
+def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
+    """The transmissions ``ids``, by id."""
+    if not ids:
+        return {}
+    marks = ", ".join([database.obj.param] * len(ids))
+    cursor = database.execute_sql(
+        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header" '
+        f'FROM "transmission" WHERE "id" IN ({marks})',
+        list(ids),
+    )
+    return {
+        row[0]: QueuedTransmission(*row[:4], None if row[4] is None else bytes(row[4]), *row[5:])
+        for row in cursor.fetchall()
+    }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one delivery attempt of one copy of a message.
+
+    ``built`` is (transmission id, message bytes) when the message was built for this attempt:
+    it is kept if any recipient will be retried, so that retries send the very same bytes
+    without building them again.
+    """
+
+    recipients: Sequence[ClaimedRecipient]
+    results: dict[str, RecipientResult]
+    built: tuple[str, bytes] | None = None
+
+
+def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:
+    """Store, in one transaction, the outcome of each attempt for every recipient ``owner``
+    still holds: one UPDATE for all the recipients and one INSERT for all their events.
+
+    Returns recipient id → the status recorded. A recipient whose lease was lost to another
+    worker is left to that worker (delivery is at-least-once).
+    """
+    now = now_ms()
+    outcomes: list[tuple[str, str, int, int | None]] = []
+    details: dict[str, tuple[str, str]] = {}
+    complaining: set[str] = set()
+    keep: list[tuple[bytes, str]] = []
+    for attempt in attempts:
+        if attempt.built and any(r.outcome == DEFERRED for r in attempt.results.values()):
+            keep.append((attempt.built[1], attempt.built[0]))
+        for recipient in attempt.recipients:
+            status, next_attempt, detail = _outcome(
+                recipient, attempt.results[recipient.address], policy, now
+            )
+            outcomes.append((recipient.id, status, recipient.attempts + 1, next_attempt))
+            details[recipient.id] = (status, detail)
+            if status == DELIVERY and simulator.complains(recipient.address):
+                complaining.add(recipient.id)
+    if not outcomes:
+        return {}
+    postgresql = is_postgresql()
+    param = database.obj.param
+    with write_transaction():
+        for raw, transmission_id in keep:
+            database.execute_sql(_KEEP_RAW_SQL.replace("?", param), (raw, transmission_id))
+        cursor = database.execute_sql(
+            _record_sql(param, postgresql, len(outcomes)),
+            [now, *(value for row in outcomes for value in row), owner],
+        )
+        updated = {row[0] for row in cursor.fetchall()}
+        events = [
+            (rid, status, now, detail)
+            for rid, (status, detail) in details.items()
+            if rid in updated
+        ]
+        # A simulator complaint follows its delivery, as a feedback report would.
+        complaint = json.dumps(simulator.COMPLAINT_DETAIL)
+        events += [(rid, COMPLAINT, now + 1, complaint) for rid in complaining & updated]
+        append_events(events)
+    for attempt in attempts:
+        for recipient in attempt.recipients:
+            if recipient.id not in updated:
+                log.warning("lease lost tid=%s rid=%s", recipient.transmission_id, recipient.id)
+    return {rid: details[rid][0] for rid in updated}
+
+
+def record_suppressed(owner: str, stopped: Sequence[tuple[ClaimedRecipient, str]]) -> set[str]:
+    """Record each (recipient, reason) of ``stopped`` as ``Suppressed``, never to be sent,
+    where ``owner`` still holds it: its address went on the suppression list while it waited
+    in the queue. Returns the ids recorded."""
+    if not stopped:
+        return set()
+    now = now_ms()
+    param = database.obj.param
+    with write_transaction():
+        cursor = database.execute_sql(
+            _record_sql(param, is_postgresql(), len(stopped)),
+            [now, *(v for r, _ in stopped for v in (r.id, SUPPRESSED, r.attempts, None)), owner],
+        )
+        updated = {row[0] for row in cursor.fetchall()}
+        append_events(
+            [
+                (r.id, SUPPRESSED, now, suppressed_event_detail(reason))
+                for r, reason in stopped
+                if r.id in updated
+            ]
+        )
+    for recipient, reason in stopped:
+        if recipient.id in updated:
+            log.info(
+                "suppressed tid=%s rid=%s reason=%s",
+                recipient.transmission_id,
+                recipient.id,
+                reason,
+            )
+    return updated
+
+
+_KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS NULL'
+
+
+def _outcome(
+    recipient: ClaimedRecipient, result: RecipientResult, policy: RetryPolicy, now: int
+) -> tuple[str, int | None, str]:
+    """(status, next attempt or None, event detail as JSON) for one recipient's result."""
+    attempts = recipient.attempts + 1
+    detail: dict[str, Any] = {"reply": result.reply, "code": result.code, "attempt": attempts}
+    next_attempt = None
+    if result.outcome == DELIVERED:
+        status = DELIVERY
+    elif result.outcome == BOUNCED:
+        status = BOUNCE
+        detail["bounceClass"] = classify(result.code, result.reply)
+    else:
+        detail["bounceClass"] = classify(result.code, result.reply)
+        next_attempt = policy.next_attempt(attempts, recipient.created_at, now)
+        if next_attempt is None:
+            status = BOUNCE
+            detail["reason"] = "expired"
+        else:
+            status = DELAY
+            detail["retryAt"] = iso_ms(next_attempt)
+    return status, next_attempt, json.dumps(detail)
+
+
+@functools.lru_cache(maxsize=64)
+def _record_sql(param: str, postgresql: bool, rows: int) -> str:
+    """One UPDATE of ``rows`` recipients from a VALUES list, only where the lease is still
+    held, returning the ids it updated."""
+    if postgresql:
+        row = f"({param}, {param}, {param}::integer, {param}::bigint)"
+        values = f'(VALUES {", ".join([row] * rows)}) AS v("id", "status", "attempts", "next")'
+        columns = ('v."id"', 'v."status"', 'v."attempts"', 'v."next"')
+    else:
+        row = f"({param}, {param}, {param}, {param})"
+        values = f"(VALUES {', '.join([row] * rows)}) AS v"
+        columns = ("v.column1", "v.column2", "v.column3", "v.column4")
+    rid, status, attempts, following = columns
+    # The first parameter is the time of recording, the last the lease owner.
+    return (
+        f'UPDATE "recipient" SET "updated_at" = {param}, "status" = {status}, '
+        f'"attempts" = {attempts}, "next_attempt_at" = {following}, '
+        f'"lease_owner" = NULL, "lease_expires_at" = NULL FROM {values} '
+        f'WHERE "recipient"."id" = {rid} AND "recipient"."lease_owner" = {param} '
+        'RETURNING "recipient"."id"'
+    )

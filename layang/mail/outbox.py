@@ -1,0 +1,168 @@
+"""The outbox's way in: ``enqueue`` stores an accepted message and queues one email per
+recipient, in one durable transaction. Every way in (API, SMTP, the consent email) ends here;
+``layang.delivery`` takes the emails out again.
+
+A recipient row is due while ``next_attempt_at`` is set and has passed (see
+``layang.queueing.leases``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from layang.clock import now_ms
+from layang.db import Batch, insert_atomically, new_id
+from layang.mail.events import event_batches, injection_batches
+from layang.mail.message import OutgoingMessage, domain_of
+from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
+from layang.models import INJECTION, SUPPRESSED, Account, Recipient, Transmission
+
+log = logging.getLogger("layang.outbox")
+
+TRANSMISSION_FIELDS = (
+    "id",
+    "account",
+    "created_at",
+    "source",
+    "mail_from",
+    "from_header",
+    "subject",
+    "message_id",
+    "metadata",
+    "payload",
+    "raw",
+)
+RECIPIENT_FIELDS = (
+    "id",
+    "transmission",
+    "account",
+    "address",
+    "recipient_type",
+    "status",
+    "created_at",
+    "updated_at",
+    "attempts",
+    "next_attempt_at",
+)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A message accepted by one of the ways in, ready to be stored: either ``message`` (built
+    into MIME by the worker) or ``raw``, finished MIME bytes (SMTP submissions).
+
+    ``suppressed`` maps the lower-cased recipients on the suppression list to the reason
+    (see ``suppressed_addresses``): they get a ``Suppressed`` record and are never queued."""
+
+    transmission_id: str
+    created_at: int
+    source: str
+    mail_from: str
+    from_header: str
+    subject: str
+    message_id: str
+    metadata: Mapping[str, Any]
+    recipients: Sequence[tuple[str, str]]
+    message: OutgoingMessage | None = None
+    raw: bytes | None = None
+    suppressed: Mapping[str, str] = field(default_factory=dict)
+
+
+def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
+    """Store ``submission`` and queue one email per recipient, in one durable transaction,
+    with the rows of ``also`` (an idempotency key's answer): all or nothing. A suppressed
+    recipient's record is stored ``Suppressed``, with its event, and never queued; the
+    others' Injection events go to webhooks."""
+    created = submission.created_at
+    recipient_ids = [new_id() for _ in submission.recipients]
+    message = submission.message
+    payload = None if message is None else json.dumps(message.to_payload(), separators=(",", ":"))
+    transmission_row = (
+        submission.transmission_id,
+        account.id,
+        created,
+        submission.source,
+        submission.mail_from,
+        submission.from_header,
+        submission.subject,
+        submission.message_id,
+        json.dumps(submission.metadata),
+        payload,
+        submission.raw,
+    )
+    recipient_rows = []
+    injected: list[str] = []
+    suppressed_events = []
+    for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
+        reason = submission.suppressed.get(address.lower())
+        if reason is None:
+            row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
+            recipient_rows.append((*row, created, created, 0, created))
+            injected.append(rid)
+        else:
+            row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
+            recipient_rows.append((*row, created, created, 0, None))
+            suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
+    insert_atomically(
+        [
+            (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
+            (Recipient, RECIPIENT_FIELDS, recipient_rows),
+            *event_batches(suppressed_events),
+            *injection_batches(account.id, injected, created),
+            *also,
+        ]
+    )
+
+
+def queue_message(
+    account: Account,
+    message: OutgoingMessage,
+    metadata: Mapping[str, Any],
+    source: str = "api",
+    *,
+    transmission_id: str | None = None,
+    also: Sequence[Batch] = (),
+    suppressed: Mapping[str, str] | None = None,
+) -> str:
+    """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
+    under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
+    ``enqueue``); returns the transmission id once it is durably stored. The message is dated
+    now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
+    None."""
+    transmission_id = transmission_id or new_id()
+    recipients = message.envelope_recipients()
+    if suppressed is None:
+        suppressed = suppressed_addresses(
+            account.id, (a for a, _ in recipients), transactional=message.is_transactional
+        )
+    accepted_at = now_ms()
+    message = replace(message, date_ms=accepted_at)
+    sender = message.sender
+    submission = Submission(
+        transmission_id=transmission_id,
+        created_at=accepted_at,
+        source=source,
+        mail_from=sender.email,
+        from_header=json.dumps(
+            {"email": sender.email, "name": sender.name} if sender.name else {"email": sender.email}
+        ),
+        subject=message.subject,
+        message_id=f"<{transmission_id}@{domain_of(sender.email)}>",
+        metadata=metadata,
+        recipients=recipients,
+        message=message,
+        suppressed=suppressed,
+    )
+    enqueue(account, submission, also)
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        transmission_id,
+        account.name,
+        len(submission.recipients),
+        source,
+    )
+    return transmission_id

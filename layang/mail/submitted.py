@@ -1,0 +1,103 @@
+"""Preparing a message submitted over SMTP: what the service adds, removes and records."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email import policy
+from email.parser import BytesHeaderParser
+from email.utils import format_datetime, getaddresses
+
+from layang.mail.message import domain_of
+
+_FIELD_START = re.compile(rb"^[!-9;-~]+:")
+
+
+@dataclass(frozen=True)
+class PreparedMessage:
+    raw: bytes
+    from_address: dict[str, str]
+    subject: str
+    message_id: str
+    header_to: frozenset[str]
+    header_cc: frozenset[str]
+    idempotency_key: str | None = None
+
+
+def _split(data: bytes) -> tuple[list[bytes], bytes]:
+    """Header lines (without line ends) and everything from the blank line on."""
+    for separator in (b"\r\n\r\n", b"\n\n"):
+        head, found, body = data.partition(separator)
+        if found:
+            return head.splitlines(), found + body
+    return data.splitlines(), b"\r\n"
+
+
+def _fields(lines: list[bytes]) -> list[list[bytes]]:
+    """Group header lines into fields (a field and its folded continuation lines)."""
+    fields: list[list[bytes]] = []
+    for line in lines:
+        if fields and line[:1] in (b" ", b"\t"):
+            fields[-1].append(line)
+        elif _FIELD_START.match(line) or not fields:
+            fields.append([line])
+        else:
+            fields[-1].append(line)
+    return fields
+
+
+def _name(field: list[bytes]) -> str:
+    return field[0].split(b":", 1)[0].decode("ascii", "replace").strip().lower()
+
+
+def _addresses(values: list[str]) -> frozenset[str]:
+    return frozenset(addr.lower() for _, addr in getaddresses(values) if addr)
+
+
+def prepare_submission(
+    data: bytes, transmission_id: str, accepted_at_ms: int, mail_from: str
+) -> PreparedMessage:
+    """The message as it will be relayed: any Bcc and Idempotency-Key header removed (the key
+    is kept aside), and any X-Layang-Id (only the worker writes it: it names the email a
+    complaint is about), Message-ID and Date added when missing; plus what Activity shows of
+    it."""
+    lines, rest = _split(data)
+    all_fields = _fields(lines)
+    keys = [f for f in all_fields if _name(f) == "idempotency-key"]
+    fields = [f for f in all_fields if _name(f) not in ("bcc", "idempotency-key", "x-layang-id")]
+    present = {_name(f) for f in fields}
+    headers = BytesHeaderParser(policy=policy.default).parsebytes(
+        b"\r\n".join(line for f in fields for line in f) + b"\r\n\r\n"
+    )
+    message_id = str(headers.get("Message-ID", "")).strip()
+    if "message-id" not in present or not message_id:
+        domain = domain_of(mail_from) if "@" in mail_from else "layang.invalid"
+        message_id = f"<{transmission_id}@{domain}>"
+        fields.append([f"Message-ID: {message_id}".encode()])
+    if "date" not in present:
+        date = format_datetime(datetime.fromtimestamp(accepted_at_ms / 1000, UTC))
+        fields.append([f"Date: {date}".encode()])
+
+    sender = headers.get("From")
+    from_address: dict[str, str] = {"email": mail_from}
+    if sender is not None and getattr(sender, "addresses", None):
+        first = sender.addresses[0]
+        from_address = {"email": first.addr_spec}
+        if first.display_name:
+            from_address["name"] = first.display_name
+    raw = b"\r\n".join(line for f in fields for line in f) + rest
+    return PreparedMessage(
+        raw=raw,
+        from_address=from_address,
+        subject=str(headers.get("Subject", "") or ""),
+        message_id=message_id,
+        header_to=_addresses([str(v) for v in headers.get_all("To", [])]),
+        header_cc=_addresses([str(v) for v in headers.get_all("Cc", [])]),
+        idempotency_key=_unfolded_value(keys[0]) if keys else None,
+    )
+
+
+def _unfolded_value(field: list[bytes]) -> str:
+    value = b"".join(field).split(b":", 1)[1].strip()
+    return value.decode("ascii", "replace")

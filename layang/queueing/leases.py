@@ -1,0 +1,80 @@
+"""Work held under a lease: the one claim, renewal and hand-back statement of every queue.
+
+A queue is a table whose rows are due while ``next_attempt_at`` is set and has passed, and held
+by ``lease_owner`` while ``lease_expires_at`` lies in the future. Claiming sets the lease on up
+to N due, free rows in one statement: on PostgreSQL concurrent claimers skip each other's locked
+rows (``FOR UPDATE SKIP LOCKED``), on SQLite the statement holds the write lock. Either way no
+row is handed to two live leases, and a holder that dies loses its rows once the lease runs out.
+
+The statements are written once per table, backend and row count, as plain SQL: building them
+with peewee's query builder cost more than running them. Leases are bookkeeping (a crash loses
+them by design), so they commit without waiting for the disk.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layang.clock import now_ms
+from layang.db import is_postgresql, write_relaxed
+
+
+@dataclass(frozen=True)
+class LeasedTable:
+    """A table held as a queue. ``returning`` are the columns a claim returns; ``eligible`` is
+    an SQL condition a row must also meet to be claimed (fixed text, no parameters)."""
+
+    table: str
+    returning: tuple[str, ...]
+    eligible: str = ""
+
+    def claim(self, owner: str, limit: int, lease_seconds: float) -> list[tuple[Any, ...]]:
+        """Lease up to ``limit`` due rows to ``owner``; returns their ``returning`` columns,
+        in no particular order."""
+        now = now_ms()
+        rows, _ = write_relaxed(
+            _claim_sql(self, is_postgresql()),
+            (owner, now + int(lease_seconds * 1000), now, now, limit),
+        )
+        return rows
+
+    def renew(self, owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
+        """Extend ``owner``'s lease on those of ``ids`` it still holds; returns them."""
+        if not ids:
+            return set()
+        marks = ", ".join(["?"] * len(ids))
+        rows, _ = write_relaxed(
+            f'UPDATE "{self.table}" SET "lease_expires_at" = ? WHERE "lease_owner" = ? '
+            f'AND "next_attempt_at" IS NOT NULL AND "id" IN ({marks}) RETURNING "id"',
+            [now_ms() + int(lease_seconds * 1000), owner, *ids],
+        )
+        return {row[0] for row in rows}
+
+    def release(self, owner: str, ids: Sequence[str] | None = None) -> int:
+        """Hand ``ids`` (default: every row ``owner`` holds) back to the queue at once, where
+        ``owner`` still holds them; returns how many. Due again now, not once the lease ends."""
+        if ids is not None and not ids:
+            return 0
+        which = "" if ids is None else f' AND "id" IN ({", ".join(["?"] * len(ids))})'
+        _, count = write_relaxed(
+            f'UPDATE "{self.table}" SET "lease_owner" = NULL, "lease_expires_at" = NULL '
+            f'WHERE "lease_owner" = ?{which}',
+            [owner, *(ids or ())],
+        )
+        return count
+
+
+@functools.cache
+def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
+    lock = " FOR UPDATE SKIP LOCKED" if postgresql else ""
+    eligible = f" AND {queue.eligible}" if queue.eligible else ""
+    columns = ", ".join(f'"{column}"' for column in queue.returning)
+    return (
+        f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
+        f'WHERE "id" IN (SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
+        f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
+        f'ORDER BY "next_attempt_at" LIMIT ?{lock}) RETURNING {columns}'
+    )

@@ -1,1 +1,0 @@
-"""Sending: compose MIME, the outbox, the upstream relay and the worker."""

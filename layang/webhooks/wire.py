@@ -1,0 +1,235 @@
+"""Webhooks on the wire: signing (Standard Webhooks), the address rule, and one POST.
+
+A request carries ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``: ``v1,`` and
+the base64 HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` keyed with the base64-decoded part of the
+secret after ``whsec_``, one signature per secret in force, space-separated.
+
+Where a request may go: only ``https://`` URLs whose host resolves to public addresses
+(``allow_private`` lifts that for development and tests, and allows ``http://``). The host is
+resolved at every delivery and the connection made to the very address that was checked, with
+TLS still verified against the host name, so a name cannot be re-pointed between the check and
+the connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from layang.models import WebhookEndpoint
+from layang.sealing import unseal
+
+SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+TIMEOUT_SECONDS = 10.0
+# What is kept of an endpoint's answer, as the attempt's error text.
+RESPONSE_BYTES_KEPT = 4096
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Cloud metadata services: never a destination, not even with private addresses allowed.
+METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+
+
+def new_secret() -> str:
+    """A fresh signing secret, ``whsec_`` and 24 random bytes in base64."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def secret_context(endpoint_id: str) -> str:
+    """What a sealed webhook secret is bound to (see ``layang.sealing``)."""
+    return f"webhook:{endpoint_id}"
+
+
+def signing_secrets(endpoint: WebhookEndpoint, secret_key: str, now: int) -> list[str]:
+    """The secrets that sign for ``endpoint`` now: its secret, and the one it replaced while
+    that is within its day of grace. Raises ``KeyUnavailable`` when one does not open."""
+    context = secret_context(endpoint.id)
+    found = [unseal(endpoint.secret, secret_key, context).decode()]
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret is not None and expires is not None and now < expires:
+        found.append(unseal(endpoint.previous_secret, secret_key, context).decode())
+    return found
+
+
+def signature(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,<base64 HMAC-SHA256>`` of ``body`` sent as ``webhook_id`` at ``timestamp``."""
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    signed = f"{webhook_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def signed_headers(
+    secrets_in_force: Sequence[str], webhook_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
+    """The Standard Webhooks headers for ``body``, signed with every secret in force."""
+    return {
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": " ".join(
+            signature(secret, webhook_id, timestamp, body) for secret in secrets_in_force
+        ),
+        "content-type": "application/json",
+        "user-agent": "Layang-Webhooks/1",
+    }
+
+
+# -- where a request may go ---------------------------------------------------------------------
+
+
+def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
+    """Why a request may not go to ``address``, or None when it may."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if allow_private:
+        return None
+    for refused, name in (
+        (address.is_loopback, "a loopback address"),
+        (address.is_unspecified, "an unspecified address"),
+        (address.is_link_local, "a link-local address"),
+        (address.is_multicast, "a multicast address"),
+        (address in _CGNAT, "a shared (CGNAT) address"),
+        (address.is_reserved, "a reserved address"),
+        (address.is_private, "a private address"),
+        (not address.is_global, "not a public address"),
+    ):
+        if refused:
+            return name
+    return None
+
+
+def url_problem(url: str, allow_private: bool) -> str | None:
+    """Why ``url`` cannot be a webhook endpoint as written (scheme, host, an address named
+    literally), or None. Names are checked when resolved, at each delivery."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        return f"Not a valid URL ({error})."
+    allowed = ("https", "http") if allow_private else ("https",)
+    if parts.scheme not in allowed:
+        return "Must be an https:// URL."
+    host = parts.hostname
+    if not host:
+        return "The URL names no host."
+    if parts.username or parts.password:
+        return "Must not carry a user name or password."
+    if port == 0:
+        return "Port 0 is not a port."
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if not allow_private and (host == "localhost" or host.endswith(".localhost")):
+            return f"{host} is a loopback name; use a public address."
+        return None
+    refusal = address_refusal(address, allow_private)
+    return f"{host} is {refusal}; use a public address." if refusal else None
+
+
+class Refused(Exception):
+    """The endpoint's URL may not be used now (its host resolves to a refused address, or does
+    not resolve)."""
+
+
+def resolve(host: str, port: int, allow_private: bool) -> IpAddress:
+    """The address to connect to for ``host``: every address it resolves to must be allowed
+    (one refused address refuses the host: a name serving both is not trusted). Raises
+    ``Refused``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as error:
+        raise Refused(f"could not resolve {host}: {error}") from None
+    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+    if not addresses:
+        raise Refused(f"{host} has no address")
+    for address in addresses:
+        refusal = address_refusal(address, allow_private)
+        if refusal:
+            raise Refused(f"{host} resolves to {address}, {refusal}")
+    return addresses[0]
+
+
+# -- one POST -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PostResult:
+    """What an endpoint answered: ``status`` (None when no answer came) and, unless the
+    answer was a 2xx, ``error`` (the start of its body, or what went wrong)."""
+
+    status: int | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def post(
+    client: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    allow_private: bool,
+    timeout: float = TIMEOUT_SECONDS,
+) -> PostResult:
+    """POST ``body`` to ``url``, connecting to the address checked by ``resolve`` (never
+    following a redirect) and reading at most ``RESPONSE_BYTES_KEPT`` of the answer."""
+    problem = url_problem(url, allow_private)
+    if problem:
+        return PostResult(None, problem)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        address = resolve(host, port, allow_private)
+    except Refused as error:
+        return PostResult(None, f"refused: {error}")
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    netloc = f"{literal}:{parts.port}" if parts.port else literal
+    target = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    host_header = parts.netloc.rpartition("@")[2]
+    request = client.build_request(
+        "POST",
+        target,
+        content=body,
+        headers={**headers, "host": host_header},
+        timeout=timeout,
+        # TLS names and verifies the host, not the address connected to.
+        extensions={"sni_hostname": host},
+    )
+    try:
+        response = client.send(request, stream=True, follow_redirects=False)
+    except httpx.TimeoutException:
+        return PostResult(None, f"timed out after {timeout:g} s")
+    except httpx.HTTPError as error:
+        return PostResult(None, f"{type(error).__name__}: {error}"[:RESPONSE_BYTES_KEPT])
+    try:
+        kept = b""
+        try:
+            for chunk in response.iter_raw():
+                kept += chunk
+                if len(kept) >= RESPONSE_BYTES_KEPT:
+                    break
+        except httpx.HTTPError:
+            pass  # the status is what counts; the body is only kept as a hint
+    finally:
+        response.close()
+    if 200 <= response.status_code < 300:
+        return PostResult(response.status_code, None)
+    text = kept[:RESPONSE_BYTES_KEPT].decode("utf-8", "replace")
+    return PostResult(response.status_code, text or f"HTTP {response.status_code}")

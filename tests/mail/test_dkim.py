@@ -1,0 +1,336 @@
+"""DKIM signing in the worker: every message from a verified domain reaches the upstream server
+signed once, over exactly the bytes relayed, and dkimpy's verifier accepts the signature with
+the key it looks up in a real DNS server."""
+
+from __future__ import annotations
+
+import base64
+import re
+import smtplib
+from dataclasses import replace
+
+import dkim as dkimpy
+import dns.nameserver
+import dns.resolver
+import pytest
+
+from layang.domain import accounts
+from layang.mail import dkim
+from layang.submission.server import submission_server
+from tests.conftest import BACKENDS, b64, drain
+from tests.delivery.test_crash import free_port
+from tests.submission.test_submission import client_context
+
+BOTH = pytest.mark.parametrize("backend", BACKENDS)
+
+DOMAINS = "/v1/layang/domains"
+SEND = "/v1/layang/transmissions"
+REQUIRED = {
+    "from",
+    "to",
+    "cc",
+    "subject",
+    "date",
+    "message-id",
+    "reply-to",
+    "mime-version",
+    "content-type",
+    "list-unsubscribe",
+    "list-unsubscribe-post",
+}
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.fixture
+def config(config, dns_zone):
+    return replace(config, dns_resolver=dns_zone.address)
+
+
+@pytest.fixture
+def smtp_config(config):
+    return replace(config, smtp_bind=f"127.0.0.1:{free_port()}")
+
+
+def submission(config):
+    controller = submission_server(config)
+    controller.start()
+    return controller
+
+
+@pytest.fixture
+def verifier(dns_zone):
+    """dkimpy's verifier, looking keys up in the test's DNS server (with dnspython)."""
+    resolver = dns.resolver.Resolver(configure=False)
+    host, port = dns_zone.address.split(":")
+    resolver.nameservers = [dns.nameserver.Do53Nameserver(host, int(port))]
+
+    def get_txt(name: bytes, timeout: float = 5) -> bytes | None:
+        answer = resolver.resolve(name.decode().rstrip("."), "TXT", raise_on_no_answer=False)
+        if answer.rrset is None:
+            return None
+        return b"".join(next(iter(answer.rrset)).strings)
+
+    def verify(data: bytes) -> bool:
+        return dkimpy.verify(data, dnsfunc=get_txt)
+
+    return verify
+
+
+def verified_domain(client, auth, zone, domain="example.com"):
+    body = client.post(DOMAINS, json={"domain": domain}, headers=auth).get_json()
+    zone.publish(body["records"])
+    body = client.post(f"{DOMAINS}/{domain}/verify", headers=auth).get_json()
+    assert body["status"] == "verified"
+    return body
+
+
+def signatures(data: bytes) -> list[dict[bytes, bytes]]:
+    head = re.split(rb"\r?\n\r?\n", data, maxsplit=1)[0]
+    fields = re.findall(rb"^DKIM-Signature:(.*(?:\r?\n[ \t].*)*)", head, re.M | re.I)
+    return [dkimpy.util.parse_tag_value(value) for value in fields]
+
+
+def signed_headers(signature: dict[bytes, bytes]) -> set[str]:
+    return {h.strip().decode() for h in signature[b"h"].split(b":")}
+
+
+def send(client, auth, **fields):
+    body = {
+        "from": {"email": "shop@example.com", "name": "Shop"},
+        "to": [{"email": "ana@rcpt.test"}],
+        "subject": "Your order",
+    }
+    body.update(fields)
+    if "bodyText" not in body and "bodyHtml" not in body:
+        body["bodyText"] = "Thanks."
+    response = client.post(SEND, json=body, headers=auth)
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["transmissionId"]
+
+
+SHAPES = {
+    "text": {"bodyText": "Thanks for your order.\n"},
+    "html": {"bodyHtml": "<p>Thanks for <b>your</b> order.</p>"},
+    "both": {"bodyText": "Thanks.", "bodyHtml": "<p>Thanks.</p>", "cc": [{"email": "c@r.test"}]},
+    "attachments": {
+        "bodyText": "See attached.",
+        "bodyHtml": "<p>Attached.</p>",
+        "attachments": [
+            {"filename": "a.csv", "mimeType": "text/csv", "value": b64(b"a,b\n1,2\n")},
+            {"filename": "logo.png", "mimeType": "image/png", "value": b64(PNG)},
+        ],
+    },
+    "non-ascii": {
+        "from": {"email": "shop@example.com", "name": "Bücher & Co — 书店"},
+        "to": [{"email": "ana@rcpt.test", "name": "Ána Ñúñez"}],
+        "subject": "Grüße aus Köln — 你好 " + "ü" * 80,
+        "replyTo": [{"email": "help@example.com", "name": "Hilfe"}],
+        "headers": [{"name": "X-Order", "value": "Nº 42"}],
+        "bodyText": "Schöne Grüße, 你好\n",
+    },
+    "long lines": {
+        "bodyText": "word " * 2000,
+        "bodyHtml": "<p>" + "x" * 5000 + "</p>",
+    },
+    "tracked": {
+        "bodyHtml": '<p><a href="https://example.com/a">link</a></p>',
+        "optionsAttributes": {"openTracking": True, "clickTracking": True},
+    },
+    "one-click unsubscribe": {
+        "bodyText": "This week's news.",
+        "cc": [{"email": "cy@r.test"}],
+        "optionsAttributes": {"transactional": False},
+    },
+}
+
+
+@BOTH
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_message_shape_is_signed_and_verifies(
+    client, auth, dns_zone, upstream, relay_to, verifier, shape
+):
+    domain = verified_domain(client, auth, dns_zone)
+    send(client, auth, **SHAPES[shape])
+    drain(relay_to(upstream))
+    assert upstream.received
+    for received in upstream.received:
+        (signature,) = signatures(received.data)
+        assert signature[b"d"] == b"example.com"
+        assert signature[b"s"] == domain["dkim"][0]["selector"].encode()
+        assert signature[b"a"] == b"rsa-sha256"
+        assert signature[b"c"] == b"relaxed/relaxed"
+        assert signed_headers(signature) >= REQUIRED
+        assert verifier(received.data), shape
+        if shape == "one-click unsubscribe":
+            headers = received.message
+            assert headers["List-Unsubscribe"] and headers["List-Unsubscribe-Post"]
+            # Both are signed, and a second one added on the way would break the signature.
+            names = [name.strip().lower() for name in signature[b"h"].split(b":")]
+            assert names.count(b"list-unsubscribe") == names.count(b"list-unsubscribe-post") == 2
+            added = received.data.replace(
+                b"\r\n\r\n", b"\r\nList-Unsubscribe: <https://evil.example/u>\r\n\r\n", 1
+            )
+            assert not verifier(added)
+        # Exactly the bytes relayed: one changed byte in the body breaks it.
+        tampered = received.data.replace(b"\r\n\r\n", b"\r\n\r\nX", 1)
+        assert not verifier(tampered)
+
+
+@BOTH
+def test_a_parent_domains_key_signs_for_its_subdomains(
+    client, auth, dns_zone, upstream, relay_to, verifier
+):
+    verified_domain(client, auth, dns_zone)
+    send(client, auth, **{"from": {"email": "news@mail.example.com"}})
+    drain(relay_to(upstream))
+    (received,) = upstream.received
+    (signature,) = signatures(received.data)
+    assert signature[b"d"] == b"example.com"
+    assert verifier(received.data)
+
+
+@BOTH
+def test_unverified_and_foreign_domains_are_not_signed(client, auth, dns_zone, upstream, relay_to):
+    client.post(DOMAINS, json={"domain": "pending.test"}, headers=auth)  # never published
+    verified_domain(client, auth, dns_zone)
+    other = accounts.create_account("other", live=True)
+    other_auth = {"Authorization": f"Bearer {accounts.create_api_key(other)[1]}"}
+    send(client, auth, **{"from": {"email": "a@pending.test"}})
+    send(client, auth, **{"from": {"email": "a@notexample.com"}})
+    send(client, other_auth, **{"from": {"email": "a@example.com"}})  # another account's
+    drain(relay_to(upstream))
+    assert len(upstream.received) == 3
+    assert all(signatures(r.data) == [] for r in upstream.received)
+
+
+@BOTH
+def test_a_retry_is_signed_once_over_the_same_message(
+    client, auth, dns_zone, upstream, relay_to, verifier
+):
+    verified_domain(client, auth, dns_zone)
+    upstream.script_data("451 4.3.0 try again later")
+    send(client, auth, bodyText="retry me")
+    worker = relay_to(upstream)
+    drain(worker, until=lambda: len(upstream.received) == 1)
+    (received,) = upstream.received
+    assert len(signatures(received.data)) == 1
+    assert verifier(received.data)
+
+
+@BOTH
+def test_rotation_moves_signing_without_a_gap(client, auth, dns_zone, upstream, relay_to, verifier):
+    first = verified_domain(client, auth, dns_zone)["dkim"][0]["selector"]
+    worker = relay_to(upstream)
+    send(client, auth, subject="before")
+    rotated = client.post(f"{DOMAINS}/example.com/dkim/rotate", headers=auth).get_json()
+    second = rotated["dkim"][1]["selector"]
+    send(client, auth, subject="pending")  # the new record is not published yet
+    drain(worker)
+    dns_zone.publish([r for r in rotated["records"] if r["name"].startswith(second)])
+    client.post(f"{DOMAINS}/example.com/verify", headers=auth)
+    send(client, auth, subject="after")
+    drain(worker)
+    by_subject = {r.message["Subject"]: r.data for r in upstream.received}
+    assert [
+        signatures(by_subject[s])[0][b"s"].decode() for s in ("before", "pending", "after")
+    ] == [
+        first,
+        first,
+        second,
+    ]
+    assert all(verifier(data) for data in by_subject.values())
+    # The retired key still verifies mail sent before the switch, until it is deleted.
+    assert client.delete(f"{DOMAINS}/example.com/dkim/{first}", headers=auth).status_code == 204
+    send(client, auth, subject="later")
+    drain(worker)
+    later = next(r.data for r in upstream.received if r.message["Subject"] == "later")
+    assert signatures(later)[0][b"s"].decode() == second and verifier(later)
+
+
+RAW = (
+    b"From: =?utf-8?q?B=C3=BCcher?= <shop@example.com>\n"
+    b"To: ana@rcpt.test\n"
+    b"Subject: submitted\n over two lines\n"
+    b"MIME-Version: 1.0\n"
+    b"Content-Type: text/plain; charset=utf-8\n"
+    b"Content-Transfer-Encoding: 8bit\n"
+    b"\n"
+    b"Sch\xc3\xb6ne Gr\xc3\xbc\xc3\x9fe\n" + b"y" * 900 + b"\n.leading dot\n"
+).replace(b"\n", b"\r\n")
+
+
+@BOTH
+def test_smtp_submitted_messages_are_signed_as_relayed(
+    app, client, auth, dns_zone, api_key, smtp_config, upstream, relay_to, verifier
+):
+    verified_domain(client, auth, dns_zone)
+    host, port = smtp_config.smtp_host_port
+    server = submission(smtp_config)
+    try:
+        with smtplib.SMTP(host, port, local_hostname="client.test", timeout=10) as smtp:
+            smtp.starttls(context=client_context())
+            smtp.login("acme", api_key)
+            smtp.sendmail("shop@example.com", ["ana@rcpt.test"], RAW)
+    finally:
+        server.stop()
+    drain(relay_to(upstream))
+    (received,) = upstream.received
+    (signature,) = signatures(received.data)
+    assert signature[b"d"] == b"example.com"
+    assert verifier(received.data)
+    assert b"Sch\xc3\xb6ne" in received.data
+
+
+@BOTH
+def test_the_smtp_server_refuses_unverified_domains_when_required(
+    app, client, auth, dns_zone, api_key, config, smtp_config, upstream
+):
+    required = replace(smtp_config, require_verified_domain=True)
+    controller = submission(required)
+    try:
+        verified_domain(client, auth, dns_zone)
+        host, port = required.smtp_host_port
+        with smtplib.SMTP(host, port, local_hostname="client.test", timeout=10) as smtp:
+            smtp.starttls(context=client_context())
+            smtp.login("acme", api_key)
+            code, reply = smtp.mail("shop@unverified.test")
+            assert code == 553 and reply.startswith(b"5.7.1 ")
+            assert b"unverified.test is not a verified sending domain" in reply
+            smtp.rset()
+            assert smtp.mail("shop@mail.example.com")[0] == 250
+            assert smtp.rcpt("ana@rcpt.test")[0] == 250
+            # The header From is what DKIM aligns with: held to the same rule.
+            code, reply = smtp.data(b"From: shop@unverified.test\r\nSubject: x\r\n\r\nhi\r\n")
+            assert code == 554 and reply.startswith(b"5.7.1 ")
+    finally:
+        controller.stop()
+
+
+def test_our_signature_is_byte_for_byte_dkimpys_own():
+    pem, _ = dkim.generate_key()
+    key = dkim.SigningKey.from_pem("example.com", "s1", pem)
+    message = (
+        b"From: a@example.com\r\nTo: b@example.org\r\nSubject: hi\r\n"
+        b"Date: Mon, 1 Jan 2024 00:00:00 +0000\r\nMessage-ID: <x@example.com>\r\n"
+        b"MIME-Version: 1.0\r\nContent-Type: text/plain\r\n\r\n" + b"hello\r\n" * 50
+    )
+    for _ in range(3):  # t= is in seconds: retry should a second tick in between
+        ours = dkim.sign_message(message, key)
+        theirs = dkimpy.sign(
+            message,
+            b"s1",
+            b"example.com",
+            pem,
+            canonicalize=(b"relaxed", b"relaxed"),
+            include_headers=dkim.header_list(message),
+        )
+        if ours == theirs + message:
+            return
+    raise AssertionError("the signatures differ")
+
+
+def test_headers_are_oversigned():
+    names = dkim.header_list(b"From: a@x.test\r\nTo: b@y.test\r\nTo: c@y.test\r\n\r\nTo: body\r\n")
+    assert names.count(b"from") == 2 and names.count(b"to") == 3 and names.count(b"cc") == 1
