@@ -218,6 +218,7 @@ class Config:
     http_threads: int = _setting("LAYANG_HTTP_THREADS", _integer, default=8)
     worker_poll_seconds: float = _setting("LAYANG_WORKER_POLL_SECONDS", _seconds, default=0.5)
     worker_batch_size: int = _setting("LAYANG_WORKER_BATCH_SIZE", _integer, default=500)
+    worker_connections: int = _setting("LAYANG_WORKER_CONNECTIONS", _integer, default=200)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
     worker_metrics_bind: str = _setting(

@@ -82,6 +82,7 @@ DELIVERY = (
     "lease_seconds",
     "worker_poll_seconds",
     "worker_batch_size",
+    "worker_connections",
     "worker_metrics_bind",
     "public_url",
     "tracking_token_days",

@@ -12,7 +12,7 @@ import functools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from layang.clock import iso_ms, now_ms
@@ -112,6 +112,8 @@ class Attempt:
     recipients: Sequence[ClaimedRecipient]
     results: dict[str, RecipientResult]
     built: tuple[str, bytes] | None = None
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """More for each recipient's event detail (``host``, ``address``, ``tls``, ``durationMs``)."""
 
 
 def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:
@@ -131,7 +133,11 @@ def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy
             keep.append((attempt.built[1], attempt.built[0]))
         for recipient in attempt.recipients:
             status, next_attempt, detail = _outcome(
-                recipient, attempt.results[recipient.address], policy, now
+                recipient,
+                attempt.results[recipient.address],
+                policy,
+                now,
+                attempt.details.get(recipient.address),
             )
             outcomes.append((recipient.id, status, recipient.attempts + 1, next_attempt))
             details[recipient.id] = (status, detail)
@@ -201,11 +207,16 @@ _KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS
 
 
 def _outcome(
-    recipient: ClaimedRecipient, result: RecipientResult, policy: RetryPolicy, now: int
+    recipient: ClaimedRecipient,
+    result: RecipientResult,
+    policy: RetryPolicy,
+    now: int,
+    more: dict[str, Any] | None = None,
 ) -> tuple[str, int | None, str]:
     """(status, next attempt or None, event detail as JSON) for one recipient's result."""
     attempts = recipient.attempts + 1
     detail: dict[str, Any] = {"reply": result.reply, "code": result.code, "attempt": attempts}
+    detail.update(more or {})
     next_attempt = None
     if result.outcome == DELIVERED:
         status = DELIVERY

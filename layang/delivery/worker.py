@@ -1,14 +1,16 @@
-"""The sender: the only code that talks to the upstream server.
+"""The sender: claims due emails, builds their copies, and hands them to the delivery engine.
 
-A worker claims a batch of due emails under a lease, relays them one message after another,
-and hands each outcome to its bookkeeper thread, which records outcomes in batches while the
-next messages go out and keeps the lease of everything the worker holds alive.
+A worker claims due emails under a lease and builds each recipient's copy (compose, return path,
+DKIM) in its own thread; the engine (:mod:`layang.delivery.engine`) sends them over many sessions
+at once, and the bookkeeper thread records outcomes in batches and keeps the lease of everything
+the worker holds alive.
 
 Exactly once without a crash: an email is sent only while its lease is held, and the lease is
 renewed (every quarter lease) until its outcome is recorded, however long an SMTP reply takes;
-no other worker can claim it meanwhile. If a message hangs, the rest of the batch is handed back
-so that other workers carry on with it. At least once across crashes: a worker that dies stops
-renewing, and its emails are claimed again once the lease runs out.
+no other worker can claim it meanwhile. Emails waiting behind a destination that stopped
+answering are handed back so that other workers carry on with them. At least once across
+crashes: a worker that dies stops renewing, and its emails are claimed again once the lease runs
+out; sending never runs more than ``MAX_UNRECORDED`` recipients ahead of recording.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery.build import CopyBuilder
+from layang.delivery.engine import Engine, Job
 from layang.delivery.queue import (
     RECIPIENTS,
     Attempt,
@@ -37,35 +39,35 @@ from layang.delivery.queue import (
     record_attempts,
     record_suppressed,
 )
-from layang.delivery.relay import BOUNCED, DEFERRED, RecipientResult
+from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
+from layang.delivery.smtp import Envelope
+from layang.delivery.wakeup import MailWakeup
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
-from layang.metrics import recorded_outcomes, timed_relay
+from layang.metrics import recorded_outcomes, relay_latency
 from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
 
 log = logging.getLogger("layang.worker")
 
-# A batch holds about this many seconds of sending, so that with a slow upstream several
-# workers share the queue instead of one holding all of it.
+# A claim holds about this many seconds of sending (and at least enough to keep every
+# connection busy), so that with a slow upstream several workers share the queue instead of one
+# holding all of it.
 BATCH_SECONDS = 1.0
 FIRST_BATCH = 10
-# An attempt still waiting for its reply after this long (or half the lease, if shorter) hands
-# the rest of its batch back to the queue.
+# A destination whose every session has waited this long (or half the lease, if shorter) for a
+# reply hands back the emails queued behind them.
 STALL_SECONDS = 10.0
 # Outcomes are recorded in one transaction once this many recipients wait, or the oldest has
-# waited this long, or the batch is done: recording each on its own would compete with the
-# sender for the interpreter on every message.
-FLUSH_RECIPIENTS = 256
+# waited this long, or the batch is done.
+FLUSH_RECIPIENTS = 50
 FLUSH_SECONDS = 0.1
-# Outcomes waiting to be recorded before the sender pauses for the bookkeeper.
-MAX_UNRECORDED = 4 * FLUSH_RECIPIENTS
 
 
 class Worker:
-    """Claims due emails in batches, relays them, records each recipient's outcome."""
+    """Claims due emails in batches, has the engine relay them, records each outcome."""
 
     def __init__(
         self,
@@ -85,18 +87,36 @@ class Worker:
         self.chores = chores
         self.leases = LeaseKeeper(RECIPIENTS, self.owner, config.lease_seconds)
         self.books = Bookkeeper(self)
-        # Set when a cycle broke off: the rest of its batch is handed back once the database
-        # answers again, rather than waiting for the lease to run out.
+        # Set when a cycle broke off: what it held is handed back once the database answers
+        # again, rather than waiting for the lease to run out.
         self.abandoned = False
         self.seconds_per_message = BATCH_SECONDS / FIRST_BATCH
+        self._engine: Engine | None = None
+        self._wakeup: MailWakeup | None = None
+        self._sent = 0
+        self._paced_at = time.monotonic()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine(
+                connections=self.config.worker_connections,
+                helo_name=socket.gethostname(),
+                unrecorded=self.books.unrecorded_total,
+                hand_back=self.books.hand_back,
+                stall_seconds=min(STALL_SECONDS, self.config.lease_seconds / 2),
+                lease_fresh=self.leases.fresh,
+            )
+        return self._engine
 
     def run(self, stop: threading.Event) -> None:
-        """Work until ``stop`` is set; finishes the message in hand before returning."""
+        """Work until ``stop`` is set; finishes the messages in flight before returning."""
         log.info("worker started owner=%s", self.owner)
+        self._wakeup = MailWakeup(self.config)
         try:
             run_until(
                 stop,
-                lambda: 0.0 if self.run_once(stop, wait=False) else self.config.worker_poll_seconds,
+                lambda: self.step(stop),
                 log=log,
                 idle_seconds=self.config.worker_poll_seconds,
                 after_failure=self.abandon,
@@ -104,60 +124,99 @@ class Worker:
             )
         finally:
             self.close()
+            self._wakeup.close()
             log.info("worker stopped owner=%s", self.owner)
+
+    def step(self, stop: threading.Event) -> float:
+        """Claim more when the engine has room; wait for new mail when none is due."""
+        engine = self.engine
+        target = self.backlog_target()
+        if engine.pending >= target:
+            engine.wait_below(target, self.config.worker_poll_seconds)
+            return 0.0
+        if self.run_once(stop, wait=False, limit=target - engine.pending):
+            return 0.0
+        assert self._wakeup is not None
+        self._wakeup.wait(self.config.worker_poll_seconds, stop)
+        return 0.0
 
     def abandon(self) -> None:
         self.abandoned = True
 
     def close(self) -> None:
-        """Record what is left, stop the bookkeeper and drop the upstream connections."""
-        self.books.stop()
+        """Hand back what waits, let what is in flight finish, record it, drop connections."""
+        if self._engine is not None:
+            queued = self._engine.take_queued()
+            if queued:
+                self.books.hand_back(queued)
+            self._engine.wait_below(1, self.config.lease_seconds / 2)
+            self.books.stop()
+            self._engine.close()
+            self._engine = None
+        else:
+            self.books.stop()
         self.router.close()
 
-    def batch_size(self) -> int:
-        """How many emails to claim: about ``BATCH_SECONDS`` of sending at the recent pace."""
+    def backlog_target(self) -> int:
+        """How many emails to hold in the engine: about ``BATCH_SECONDS`` of sending at the
+        recent pace, and at least enough to keep every connection busy."""
         size = int(BATCH_SECONDS / max(self.seconds_per_message, 1e-6))
+        size = max(size, self.config.worker_connections)
         return max(1, min(size, self.config.worker_batch_size))
 
-    def run_once(self, stop: threading.Event | None = None, *, wait: bool = True) -> int:
-        """Claim one batch and attempt every email in it; returns how many were claimed.
+    def batch_size(self) -> int:
+        """How many emails one claim takes at most."""
+        size = int(BATCH_SECONDS / max(self.seconds_per_message, 1e-6))
+        size = max(size, FIRST_BATCH, self.config.worker_connections)
+        return max(1, min(size, self.config.worker_batch_size))
 
-        With ``wait``, returns once every outcome of the batch is recorded (or given up on: see
-        ``Bookkeeper.record``); without, the last outcomes are recorded while the next batch is
-        claimed and sent.
-        """
+    def run_once(
+        self, stop: threading.Event | None = None, *, wait: bool = True, limit: int | None = None
+    ) -> int:
+        """Claim one batch and hand every email in it to the engine; returns how many were
+        claimed. With ``wait``, returns once every outcome is recorded (or given up on)."""
         database.connect(reuse_if_open=True)
         if self.abandoned:
             # Outcomes still on their way to the database must not be handed to another worker.
             self.books.wait_recorded()
-            released = RECIPIENTS.release(self.owner)
+            released = RECIPIENTS.release(self.owner, list(self.leases.held() - self.books.busy()))
             self.abandoned = False
             if released:
                 log.info("released %d emails of a broken-off batch", released)
-        claimed = claim_due_recipients(self.owner, self.batch_size(), self.config.lease_seconds)
+        size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
+        claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
         if not claimed:
+            if wait:
+                self.engine.wait_below(1, 1e9)
+                self.books.wait_recorded()
             return 0
         groups: dict[str, list[ClaimedRecipient]] = {}
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
+        self.books.hold(r.id for r in claimed)
         groups = self.without_suppressed(groups, transmissions)
         self.builder.load(t.account_id for t in transmissions.values())
-        self.books.hold(list(groups.values()))
-        started = time.monotonic()
-        sent = 0
-        try:
-            while (group := self.books.next_group(stop)) is not None:
-                self.deliver(transmissions[group[0].transmission_id], group)
-                sent += len(group)
-        finally:
-            self.books.hand_back_queued()
-            if wait:
-                self.books.wait_recorded()
-        if sent:
-            pace = (time.monotonic() - started) / sent
-            self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * pace
+        jobs: list[Job] = []
+        for tid, group in groups.items():
+            if stop is not None and stop.is_set():
+                self.books.release_now([r.id for r in group])
+                continue
+            jobs.extend(self.deliver(transmissions[tid], group))
+        self.engine.submit(jobs)
+        self._pace(len(claimed))
+        if wait:
+            self.engine.wait_below(1, 1e9)
+            self.books.wait_recorded()
         return len(claimed)
+
+    def _pace(self, claimed: int) -> None:
+        now = time.monotonic()
+        done, self._sent = self.books.sent, self.books.sent
+        elapsed = now - self._paced_at
+        self._paced_at = now
+        if done and elapsed > 0:
+            self.seconds_per_message = 0.5 * self.seconds_per_message + 0.5 * (elapsed / done)
 
     def without_suppressed(
         self,
@@ -178,24 +237,27 @@ class Worker:
         ]
         record_suppressed(self.owner, stopped)
         skipped = {recipient.id for recipient, _ in stopped}
+        self.leases.drop(skipped)
         kept = {tid: [r for r in group if r.id not in skipped] for tid, group in groups.items()}
         return {tid: group for tid, group in kept.items() if group}
 
     def deliver(
         self, transmission: QueuedTransmission, recipients: Sequence[ClaimedRecipient]
-    ) -> None:
+    ) -> list[Job]:
+        """The jobs that send ``transmission`` to ``recipients``."""
         message = None
         if transmission.raw is None:
             try:
                 message = OutgoingMessage.from_payload(json.loads(transmission.payload))
             except Exception as error:
                 self.unbuildable(transmission, recipients, error)
-                return
+                return []
         if self.builder.is_personal(message):
+            jobs = []
             for recipient in recipients:
-                self.attempt(transmission, [recipient], message, personal=True)
-        else:
-            self.attempt(transmission, recipients, message, personal=False)
+                jobs.extend(self.attempt(transmission, [recipient], message, personal=True))
+            return jobs
+        return self.attempt(transmission, recipients, message, personal=False)
 
     def attempt(
         self,
@@ -204,46 +266,41 @@ class Worker:
         message: OutgoingMessage | None,
         *,
         personal: bool,
-    ) -> None:
-        """One delivery attempt of one copy of the message to ``recipients``.
+    ) -> list[Job]:
+        """One delivery attempt of one copy of the message to ``recipients``: a job each.
 
-        Each recipient goes in a transaction of its own (on the same connection), because each
-        has its own envelope sender (its VERP return path) and its own ``X-Layang-Id`` header.
+        Each recipient goes in a transaction of its own, because each has its own envelope
+        sender (its VERP return path) and its own ``X-Layang-Id`` header.
         """
         try:
             body = self.builder.body(transmission, message, recipients[0].id if personal else None)
         except Exception as error:
             self.unbuildable(transmission, recipients, error)
-            return
+            return []
         # What was composed is kept for retries (see record_attempts), unless it is personal.
         built = (transmission.id, body) if message is not None and not personal else None
-        results: dict[str, RecipientResult] = {}
-        failed: dict[str, RecipientResult] = {}
+        pending = _PendingAttempt(self.books, recipients, built)
+        jobs = []
         for recipient in recipients:
             route = self.router.route_for(recipient.address)
-            if route.destination in failed:
-                # That destination is unreachable, timed out or closing: trying each remaining
-                # recipient would wait out the same failure once per recipient.
-                results[recipient.address] = replace(
-                    failed[route.destination], recipient=recipient.address
-                )
+            try:
+                copy = self.builder.copy(transmission, body, recipient.id)
+            except Exception as error:
+                log.error("could not build message tid=%s: %s", transmission.id, error)
+                reply = f"message could not be built: {error}"
+                pending.done_with(recipient, RecipientResult(recipient.address, 0, reply, BOUNCED))
                 continue
-            copy = self.builder.copy(transmission, body, recipient.id)
-            with self.books.in_flight(), timed_relay():
-                result = route.transport.send(
-                    copy.mail_from,
-                    [recipient.address],
-                    copy.data,
-                    reference=transmission.id,
-                    # What compose wrote has CRLF line ends only; submitted bytes are checked.
-                    crlf_clean=message is not None,
-                    attempt=recipient.attempts + 1,
-                )
-            (outcome,) = result.recipients
-            results[recipient.address] = outcome
-            if outcome.outcome == DEFERRED and outcome.code in (0, 421):
-                failed[route.destination] = outcome
-        self.books.add(Attempt(recipients, results, built))
+            envelope = Envelope(
+                copy.mail_from,
+                (recipient.address,),
+                copy.data,
+                # What compose wrote has CRLF line ends only; submitted bytes are checked.
+                crlf_clean=message is not None,
+            )
+            jobs.append(
+                Job(recipient, route, route.destination, envelope, transmission.id, pending.done)
+            )
+        return jobs
 
     def unbuildable(
         self,
@@ -259,31 +316,63 @@ class Worker:
         self.books.add(Attempt(recipients, results))
 
 
+class _PendingAttempt:
+    """One attempt's outcomes as its jobs finish; handed to the bookkeeper when all have."""
+
+    def __init__(
+        self,
+        books: Bookkeeper,
+        recipients: Sequence[ClaimedRecipient],
+        built: tuple[str, bytes] | None,
+    ) -> None:
+        self.books = books
+        self.recipients = recipients
+        self.built = built
+        self.results: dict[str, RecipientResult] = {}
+        self.details: dict[str, dict] = {}
+        self.left = len(recipients)
+        self.lock = threading.Lock()
+
+    def done(self, job: Job, result: RecipientResult) -> None:
+        if job.detail.get("durationMs") is not None:
+            relay_latency().observe(job.detail["durationMs"] / 1000)
+        self.done_with(job.recipient, result, job.detail)
+
+    def done_with(
+        self, recipient: ClaimedRecipient, result: RecipientResult, detail: dict | None = None
+    ) -> None:
+        with self.lock:
+            self.results[recipient.address] = result
+            if detail:
+                self.details[recipient.address] = detail
+            self.left -= 1
+            finished = self.left == 0
+        if finished:
+            self.books.add(Attempt(self.recipients, self.results, self.built, self.details))
+
+
 class Bookkeeper:
     """The worker's second thread: records outcomes and keeps the worker's leases alive.
 
-    The sender takes groups from ``next_group`` and hands outcomes to ``add``; everything the
-    worker holds (queued, in flight, sent but not yet recorded) is renewed every quarter lease.
-    Queued groups are handed back when an attempt hangs, or when renewing has failed for so long
-    that the lease may have run out, so that an email is never started without a live lease.
+    The engine hands outcomes to ``add`` as they come; everything the worker holds (queued in
+    the engine, in flight, sent but not yet recorded) is renewed every quarter lease. Emails the
+    engine hands back are released here, off the engine's loop.
     """
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.lease = worker.config.lease_seconds
         self.lock = threading.Condition()
-        self.queued: collections.deque[list[ClaimedRecipient]] = collections.deque()
         self.unrecorded: list[Attempt] = []
         self.unrecorded_count = 0  # recipients in ``unrecorded``
         self.unrecorded_since = 0.0
         self.flush_wanted = False
         self.recording = 0  # recipients being recorded right now
+        self.to_release: list[str] = []
         self.leases = worker.leases
-        self.attempt_started: float | None = None
         self.thread: threading.Thread | None = None
         self.stopping = False
-
-    # -- the sender's side ------------------------------------------------------------------
+        self.sent = 0  # recipients with an outcome, since the last look (see Worker._pace)
 
     def _ensure_thread(self) -> None:
         # Called with the lock held. The thread ends by itself once it holds nothing (see
@@ -304,25 +393,19 @@ class Bookkeeper:
         if thread is not None:
             thread.join(self.lease + 5)
 
-    def hold(self, groups: list[list[ClaimedRecipient]]) -> None:
+    def hold(self, ids: Iterable[str]) -> None:
         with self.lock:
             self._ensure_thread()
-            self.queued.extend(groups)
-            self.leases.hold(r.id for group in groups for r in group)
+            self.leases.hold(ids)
 
-    def next_group(self, stop: threading.Event | None) -> list[ClaimedRecipient] | None:
-        """The next group to send, or None when the batch is done (or handed back)."""
+    def busy(self) -> set[str]:
+        """The ids whose outcome is waiting to be recorded."""
         with self.lock:
-            while self.unrecorded_count >= MAX_UNRECORDED and not self.stopping:
-                self.lock.wait(0.1)
-            if stop is not None and stop.is_set():
-                return None
-            if not self.leases.fresh():
-                return None  # the lease may lapse before this attempt ends: leave it
-            return self.queued.popleft() if self.queued else None
+            return {r.id for attempt in self.unrecorded for r in attempt.recipients}
 
-    def in_flight(self) -> _InFlight:
-        return _InFlight(self)
+    def unrecorded_total(self) -> int:
+        """Recipients sent but not recorded yet (read without the lock: a hint)."""
+        return self.unrecorded_count + self.recording
 
     def add(self, attempt: Attempt) -> None:
         with self.lock:
@@ -331,14 +414,20 @@ class Bookkeeper:
                 self.unrecorded_since = time.monotonic()
             self.unrecorded.append(attempt)
             self.unrecorded_count += len(attempt.recipients)
+            self.sent += len(attempt.recipients)
             if self.unrecorded_count >= FLUSH_RECIPIENTS:
                 self.lock.notify_all()
 
-    def hand_back_queued(self) -> None:
-        """Release the groups the sender will not get to (stopped, or the lease is in doubt)."""
+    def hand_back(self, jobs: Sequence[Job]) -> None:
+        """Release the emails of ``jobs`` (never started) to the queue, from this thread."""
+        ids = [job.recipient.id for job in jobs]
+        self.leases.drop(ids)
         with self.lock:
-            groups, self.queued = list(self.queued), collections.deque()
-            ids = [r.id for group in groups for r in group]
+            self._ensure_thread()
+            self.to_release.extend(ids)
+            self.lock.notify_all()
+
+    def release_now(self, ids: list[str]) -> None:
         self.leases.drop(ids)
         if ids:
             self._release(ids)
@@ -348,7 +437,7 @@ class Bookkeeper:
         with self.lock:
             self.flush_wanted = True
             self.lock.notify_all()
-            while (self.unrecorded or self.recording) and self.thread is not None:
+            while (self.unrecorded or self.recording or self.to_release) and self.thread:
                 self.lock.wait(0.05)
             self.flush_wanted = False
 
@@ -360,26 +449,29 @@ class Bookkeeper:
         try:
             while True:
                 with self.lock:
-                    while not self._flush_due() and not self.stopping:
-                        if not self.unrecorded and not len(self.leases) and not self.queued:
+                    while not self._flush_due() and not self.stopping and not self.to_release:
+                        if not self.unrecorded and not len(self.leases):
                             self.thread = None  # nothing to keep alive: end, see add/hold
                             return
-                        if time.monotonic() >= next_renewal or self._stalled():
+                        if time.monotonic() >= next_renewal:
                             break
                         self.lock.wait(min(FLUSH_SECONDS / 2, interval))
                     batch = []
                     if self._flush_due() or self.stopping:
                         batch, self.unrecorded = self.unrecorded, []
                         self.recording, self.unrecorded_count = self.unrecorded_count, 0
-                    if self.stopping and not batch:
+                    release, self.to_release = self.to_release, []
+                    if self.stopping and not batch and not release:
                         self.thread = None
                         return
                 if batch:
                     self.record(batch)
-                if self._stalled():
-                    self.hand_back_queued()
+                if release:
+                    self._release(release)
+                    with self.lock:
+                        self.lock.notify_all()
                 if time.monotonic() >= next_renewal:
-                    self.renew()
+                    self.leases.renew_if_due()
                     next_renewal = time.monotonic() + interval
         finally:
             discard_connection()
@@ -393,22 +485,6 @@ class Bookkeeper:
             or self.unrecorded_count >= FLUSH_RECIPIENTS
             or time.monotonic() - self.unrecorded_since >= FLUSH_SECONDS
         )
-
-    def _stalled(self) -> bool:
-        started = self.attempt_started
-        limit = min(STALL_SECONDS, self.lease / 2)
-        return started is not None and time.monotonic() - started > limit and bool(self.queued)
-
-    def renew(self) -> None:
-        lost = self.leases.renew_if_due()
-        if lost:
-            # Another worker took these over (this one was presumed dead): leave them.
-            with self.lock:
-                self.queued = collections.deque(
-                    kept
-                    for group in self.queued
-                    if (kept := [r for r in group if r.id not in lost])
-                )
 
     def record(self, attempts: list[Attempt]) -> None:
         """``record_attempts``, retried through a database outage for up to one lease.
@@ -467,16 +543,3 @@ class Bookkeeper:
             return
         if released:
             log.info("handed back %d emails to the queue", released)
-
-
-class _InFlight:
-    """Marks the time an attempt started, so a hanging one can be noticed."""
-
-    def __init__(self, books: Bookkeeper) -> None:
-        self.books = books
-
-    def __enter__(self) -> None:
-        self.books.attempt_started = time.monotonic()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.books.attempt_started = None

@@ -15,11 +15,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from layang.clock import now_ms
-from layang.db import Batch, insert_atomically, new_id
+from layang.db import Batch, database, insert_atomically, is_postgresql, new_id
 from layang.mail.events import event_batches, injection_batches
 from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
 from layang.models import INJECTION, SUPPRESSED, Account, Recipient, Transmission
+
+QUEUED_CHANNEL = "layang_mail"
+"""The PostgreSQL notification channel told of every enqueue."""
 
 log = logging.getLogger("layang.outbox")
 
@@ -116,6 +119,9 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
             *also,
         ]
     )
+    if injected and is_postgresql():
+        # Wakes idle workers at once (they LISTEN; see layang.delivery.wakeup).
+        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
 
 
 def queue_message(
