@@ -30,11 +30,7 @@ def seal(secret: bytes, secret_key: str, context: str) -> bytes:
     """``secret`` encrypted (AES-256-GCM) with a key derived from ``secret_key`` (HKDF), bound to
     ``context``."""
     nonce = os.urandom(12)
-    return (
-        _SEAL_VERSION
-        + nonce
-        + _sealing_key(secret_key).encrypt(nonce, secret, context.encode())
-    )
+    return _SEAL_VERSION + nonce + _sealing_key(secret_key).encrypt(nonce, secret, context.encode())
 
 
 class KeyUnavailable(Exception):

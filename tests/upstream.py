@@ -163,6 +163,7 @@ class Upstream:
         self._stalled = False
         self._in_stall = threading.Event()
         self.data_delay = 0.0
+        self.latency = 0.0  # seconds before every reply, the greeting included
         self._slow: dict[str, float] = {}
         self._hung: set[str] = set()
         self._sessions: set[_TrackedSMTP] = set()  # touched only on the server's loop
@@ -494,6 +495,11 @@ class _TrackedSMTP(SMTP):
     def data_received(self, data: bytes) -> None:
         self.upstream._read(data)
         super().data_received(data)
+
+    async def push(self, status: Any) -> None:
+        if self.upstream.latency:
+            await asyncio.sleep(self.upstream.latency)
+        await super().push(status)
 
     async def smtp_DATA(self, arg: str) -> None:
         upstream = self.upstream

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from dataclasses import replace
@@ -247,16 +248,36 @@ def serve() -> None:
 
 @Uses(Needs(CREATE, relay=True, listeners=(WORKER_METRICS,)), STORE, DELIVERY, LOGS)
 @main.command()
-def worker() -> None:
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes, each with its own sessions (default: one per core).",
+)
+def worker(processes: int | None) -> None:
     """The sender: relays queued mail upstream and records activity."""
-    from layang.serving.processes import on_stop_signal, run_sender, start_worker
+    from layang.serving.processes import (
+        fork_workers,
+        on_stop_signal,
+        run_sender,
+        start_worker,
+        stop_children,
+    )
 
     config, listeners = prepare(service=True)
+    index, children = fork_workers(processes or os.cpu_count() or 1)
+    metrics = listeners.take(WORKER_METRICS)
+    if index and metrics is not None:
+        metrics.close()  # the first process serves the metrics
+        metrics = None
     open_db(config)
-    sender = start_worker(config, listeners.take(WORKER_METRICS))
+    sender = start_worker(config, metrics)
     stop = threading.Event()
     on_stop_signal(stop)
-    run_sender(config, sender, stop)
+    try:
+        run_sender(config, sender, stop, webhooks=index == 0)
+    finally:
+        stop_children(children, config.lease_seconds + 15)
 
 
 @Uses(Needs(CREATE, smtp_tls=True, listeners=(SMTP,)), STORE, SUBMISSION, LOGS)

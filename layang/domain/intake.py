@@ -216,9 +216,7 @@ def accept_transmission(
     if isinstance(request, SubmittedMessage):
         return _enqueue_submitted(account, request, claim)
     addresses = [address for address, _ in message.envelope_recipients()]
-    suppressed = suppressed_addresses(
-        account.id, addresses, transactional=message.is_transactional
-    )
+    suppressed = suppressed_addresses(account.id, addresses, transactional=message.is_transactional)
     accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
     answer = claim.answer_rows(200, accepted.answer()) if claim else ()
     try:

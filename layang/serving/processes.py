@@ -3,12 +3,14 @@ the sender worker, with clean shutdown on SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -167,18 +169,75 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
     return Worker(config, chores=[housekeeping.delete_expired])
 
 
-def run_sender(config: Config, worker: Worker, stop: threading.Event) -> None:
-    """Deliver mail with ``worker`` and webhooks until ``stop``. Webhooks go out from a thread
-    of their own, so a slow endpoint never slows the mail."""
+def run_sender(
+    config: Config, worker: Worker, stop: threading.Event, *, webhooks: bool = True
+) -> None:
+    """Deliver mail with ``worker`` (and webhooks, unless told not to) until ``stop``.
+    Webhooks go out from a thread of their own, so a slow endpoint never slows the mail."""
     from layang.webhooks.dispatcher import Dispatcher
 
-    webhooks = threading.Thread(target=Dispatcher(config).run, args=(stop,), name="webhooks")
-    webhooks.start()
+    thread = None
+    if webhooks:
+        thread = threading.Thread(target=Dispatcher(config).run, args=(stop,), name="webhooks")
+        thread.start()
     try:
         worker.run(stop)
     finally:
         stop.set()
-        webhooks.join(timeout=config.lease_seconds + 15)
+        if thread is not None:
+            thread.join(timeout=config.lease_seconds + 15)
+
+
+def fork_workers(count: int) -> tuple[int, list[int]]:
+    """Fork ``count - 1`` more worker processes, before any thread or connection exists.
+
+    Returns (this process's index, the children's pids): 0 and the pids in the first process,
+    the child's index and no pids in each child. A child dies with the first process (killed
+    or not), so a killed ``layang worker`` leaves nothing sending behind it.
+    """
+    children: list[int] = []
+    parent = os.getpid()
+    for index in range(1, count):
+        pid = os.fork()
+        if pid == 0:
+            _die_with(parent)
+            return index, []
+        children.append(pid)
+    return 0, children
+
+
+def _die_with(parent: int) -> None:
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        log.warning("cannot tie the worker process to its parent")
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def stop_children(children: list[int], timeout: float) -> None:
+    """Ask every child worker to stop (SIGTERM), and wait up to ``timeout`` for them."""
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for pid in children:
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.05)
 
 
 def start_smtpd(config: Config, listener: socket.socket | None = None) -> SubmissionController:

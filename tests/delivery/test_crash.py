@@ -133,7 +133,8 @@ def test_worker_killed_while_relaying_loses_nothing(client, auth, config, upstre
 def test_two_workers_never_send_the_same_message_twice(client, auth, config, upstream, tmp_path):
     env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_BATCH_SIZE=5)
     logs = [tmp_path / f"w{n}.log" for n in range(2)]
-    workers = [start(["worker"], env, log) for log in logs]
+    # One process each: the owners below are counted per process.
+    workers = [start(["worker", "--processes", "1"], env, log) for log in logs]
     try:
         # Both running before there is mail, so that they really compete for it.
         wait_until(
@@ -220,3 +221,36 @@ def _children(pid):
     except FileNotFoundError:
         return []
     return [int(p) for p in out.stdout.split()]
+
+
+def child_pids(pid: int) -> set[int]:
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children.update(int(c) for c in (task / "children").read_text().split())
+    return children
+
+
+def test_worker_processes_share_the_queue_and_die_with_the_first(
+    client, auth, config, upstream, tmp_path
+):
+    env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_BATCH_SIZE=5)
+    log = tmp_path / "w.log"
+    worker = start(["worker", "--processes", "3"], env, log)
+    try:
+        wait_until(lambda: log.read_text().count("worker started") == 3, 30, "not started")
+        children = child_pids(worker.pid)
+        assert len(children) == 2
+        send_many(client, auth, 60)
+        wait_until(all_delivered, 60, "the workers did not deliver everything")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        wait_until(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in children),
+            10,
+            "a worker process outlived the first",
+        )
+    finally:
+        stop(worker)
+    got = subjects(upstream)
+    assert len(got) == 60
+    assert set(got.values()) == {1}

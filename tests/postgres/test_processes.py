@@ -123,7 +123,8 @@ def test_worker_exposes_its_relay_latency_and_logs_json(config, upstream, queue_
     )
     queue_many(5)
     log_path = tmp_path / "worker.log"
-    worker = start(["worker"], env, log_path)
+    # The first process serves the metrics of its own deliveries: one process sends them all.
+    worker = start(["worker", "--processes", "1"], env, log_path)
     try:
         wait_until(all_delivered, 30, log_path.read_text())
         wait_until(lambda: "layang_relay_latency_seconds_count 5.0" in _get(port), 10, _get(port))

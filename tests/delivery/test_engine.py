@@ -1,0 +1,124 @@
+"""The delivery engine: many sessions at once, each recipient still relayed exactly once, and one
+destination that stops answering never holds up another."""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from dataclasses import replace
+
+from layang.delivery.worker import Worker
+from layang.models import Event, Recipient
+
+URL = "/v1/layang/transmissions"
+
+
+def send_batch(client, auth, count, prefix, per_request=50, domain="rcpt.test"):
+    for start in range(0, count, per_request):
+        to = [
+            {"email": f"{prefix}{n}@{domain}"}
+            for n in range(start, min(count, start + per_request))
+        ]
+        response = client.post(
+            URL,
+            headers=auth,
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": prefix,
+                "to": to,
+                "bodyText": "hello",
+            },
+        )
+        assert response.status_code == 200, response.get_json()
+
+
+def delivered(prefix: str) -> int:
+    return (
+        Recipient.select()
+        .where(Recipient.status == "Delivery", Recipient.address.startswith(prefix))
+        .count()
+    )
+
+
+def settled(prefix: str) -> int:
+    return (
+        Recipient.select()
+        .where(Recipient.status != "Injection", Recipient.address.startswith(prefix))
+        .count()
+    )
+
+
+def run_worker(worker: Worker):
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def timed_delivery(client, auth, config, upstream, count, prefix, connections) -> float:
+    send_batch(client, auth, count, prefix)
+    worker = Worker(replace(config, relay_url=upstream.url, worker_connections=connections))
+    started = time.monotonic()
+    stop, thread = run_worker(worker)
+    try:
+        deadline = started + 120
+        while delivered(prefix) < count:
+            assert time.monotonic() < deadline, f"delivered {delivered(prefix)} of {count}"
+            time.sleep(0.05)
+        return time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def test_fifty_sessions_deliver_twenty_times_faster_than_one(client, auth, config, upstream):
+    upstream.latency = 0.2  # every reply, the greeting included, leaves 200 ms after its command
+    upstream.pipelining = True
+    one = timed_delivery(client, auth, config, upstream, 20, "one", connections=1)
+    fifty = timed_delivery(client, auth, config, upstream, 1000, "fifty", connections=50)
+    speedup = (1000 / fifty) / (20 / one)
+    assert speedup >= 20, f"one session: {20 / one:.1f}/s, fifty: {1000 / fifty:.1f}/s"
+    counts = collections.Counter(a.lower() for r in upstream.received for a in r.rcpt_tos)
+    assert len(counts) == 1020
+    assert set(counts.values()) == {1}
+    assert len(upstream.data_seen) == 1020  # no transaction even started twice
+    assert upstream.connections <= 1 + 50
+
+
+def test_a_destination_that_hangs_does_not_slow_another(client, auth, config, upstream):
+    upstream.stall()  # the smarthost accepts connections and then never answers
+    send_batch(client, auth, 5, "stuck")
+    # The mailbox simulator is a destination of its own (these mailboxes bounce at once).
+    send_batch(client, auth, 30, "ok", domain="simulator.layang.test")
+    worker = Worker(replace(config, relay_url=upstream.url, lease_seconds=30))
+    started = time.monotonic()
+    stop, thread = run_worker(worker)
+    try:
+        while settled("ok") < 30:
+            assert time.monotonic() - started < 10, f"settled {settled('ok')} of 30"
+            time.sleep(0.02)
+        assert upstream.wait_stalled(5)
+        assert delivered("stuck") == 0
+    finally:
+        upstream.release()
+        stop.set()
+        thread.join(30)
+
+
+def test_delivery_events_name_host_address_tls_attempt_and_duration(
+    client, auth, config, tls_upstream, relay_to
+):
+    send_batch(client, auth, 1, "detail")
+    worker = relay_to(tls_upstream)
+    worker.run_once()
+    (event,) = Event.select().where(Event.status == "Delivery")
+    detail = json.loads(event.detail)
+    assert detail["host"] == "127.0.0.1"
+    assert detail["address"] == "127.0.0.1"
+    assert detail["attempt"] == 1
+    assert isinstance(detail["durationMs"], int)
+    assert detail["tls"]["version"].startswith("TLS")
+    assert detail["tls"]["cipher"]
+    assert detail["tls"]["verified"] is False
