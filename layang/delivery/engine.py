@@ -107,7 +107,7 @@ class Engine:
         self.lease_fresh = lease_fresh
         self.destinations: dict[str, Destination] = {}
         self.open_sessions = 0
-        self.in_transaction = 0
+        self.admitted = 0  # jobs let through to a transaction whose outcome is not handed over
         self.pending = 0  # jobs submitted and not finished (queued or in flight)
         self._changed = threading.Condition()
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -199,15 +199,17 @@ class Engine:
                     # The leases may lapse before a transaction ends: leave the rest.
                     self._give_back(destination)
                     break
-                while self.unrecorded() + self.in_transaction >= MAX_UNRECORDED:
+                while self.unrecorded() + self.admitted >= MAX_UNRECORDED:
                     await asyncio.sleep(0.01)
                 if not destination.queue:
                     break
                 job = destination.queue.popleft()
                 destination.waiting -= 1
+                self.admitted += 1
                 try:
                     session = await self._step(destination, session, job)
                 finally:
+                    self.admitted -= 1
                     destination.waiting += 1
         finally:
             destination.waiting -= 1
@@ -271,7 +273,6 @@ class Engine:
     ) -> RecipientResult | None:
         job.started = time.monotonic()
         destination.in_flight[job] = job.started
-        self.in_transaction += 1
         try:
             if isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession):
                 session.inner.job = job
@@ -282,7 +283,6 @@ class Engine:
                 destination.queue.appendleft(job)
                 return None
         finally:
-            self.in_transaction -= 1
             destination.in_flight.pop(job, None)
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
         if isinstance(session, _Counted) and isinstance(session.inner, SmtpSession):

@@ -317,7 +317,8 @@ class Worker:
 
 
 class _PendingAttempt:
-    """One attempt's outcomes as its jobs finish; handed to the bookkeeper when all have."""
+    """Hands each job's outcome to the bookkeeper as it comes (so that what is sent and not
+    recorded stays counted), with the attempt's built bytes kept for retries."""
 
     def __init__(
         self,
@@ -328,10 +329,6 @@ class _PendingAttempt:
         self.books = books
         self.recipients = recipients
         self.built = built
-        self.results: dict[str, RecipientResult] = {}
-        self.details: dict[str, dict] = {}
-        self.left = len(recipients)
-        self.lock = threading.Lock()
 
     def done(self, job: Job, result: RecipientResult) -> None:
         if job.detail.get("durationMs") is not None:
@@ -341,14 +338,9 @@ class _PendingAttempt:
     def done_with(
         self, recipient: ClaimedRecipient, result: RecipientResult, detail: dict | None = None
     ) -> None:
-        with self.lock:
-            self.results[recipient.address] = result
-            if detail:
-                self.details[recipient.address] = detail
-            self.left -= 1
-            finished = self.left == 0
-        if finished:
-            self.books.add(Attempt(self.recipients, self.results, self.built, self.details))
+        details = {recipient.address: detail} if detail else {}
+        attempt = Attempt([recipient], {recipient.address: result}, self.built, details)
+        self.books.add(attempt)
 
 
 class Bookkeeper:

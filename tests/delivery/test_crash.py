@@ -254,3 +254,37 @@ def test_worker_processes_share_the_queue_and_die_with_the_first(
     got = subjects(upstream)
     assert len(got) == 60
     assert set(got.values()) == {1}
+
+
+def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstream, tmp_path):
+    # 3,000 emails at full speed; the worker is killed mid-stream, another one finishes.
+    for start_at in range(0, 3000, 100):
+        response = client.post(
+            "/v1/layang/transmissions",
+            headers=auth,
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": "bulk",
+                "to": [{"email": f"k{n}@rcpt.test"} for n in range(start_at, start_at + 100)],
+                "bodyText": "hello",
+            },
+        )
+        assert response.status_code == 200
+    env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_LEASE_SECONDS=2)
+    first = start(["worker", "--processes", "1"], env, tmp_path / "w1.log")
+    try:
+        wait_until(lambda: len(upstream.received) >= 1000, 60, "the first worker is stuck")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        stop(first)
+    second = start(["worker", "--processes", "1"], env, tmp_path / "w2.log")
+    try:
+        wait_until(all_delivered, 90, "the second worker did not finish")
+    finally:
+        stop(second)
+    counts = collections.Counter(a for r in upstream.received for a in r.rcpt_tos)
+    assert len(counts) == 3000
+    resent = sum(counts.values()) - 3000
+    print(f"resent after the kill: {resent} of 3000")
+    assert resent <= 100
