@@ -90,6 +90,8 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
 )
+# Checked by every command before it starts (layang.serving.preflight).
+EVERY_COMMAND = ("shaping_file",)
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
@@ -100,7 +102,9 @@ class Uses:
 
     def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
         self.needs = needs
-        self.settings = tuple(dict.fromkeys(name for part in parts for name in part))
+        self.settings = tuple(
+            dict.fromkeys(name for part in (*parts, EVERY_COMMAND) for name in part)
+        )
 
     def __call__(self, command: click.Command) -> click.Command:
         rows = describe_settings(self.settings)
