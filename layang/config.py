@@ -250,9 +250,7 @@ class Config:
     # saying "slow down" (or keeps refusing connections), and stops growing at the cap.
     shaping_file: str = _setting("LAYANG_SHAPING_FILE", shown="unset (built-in rules)", default="")
     mx_port: int = _setting("LAYANG_MX_PORT", _integer, default=25)
-    throttle_start_seconds: float = _setting(
-        "LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0
-    )
+    throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
 
