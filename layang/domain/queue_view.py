@@ -46,6 +46,7 @@ class DomainQueue:
     oldest_at: int
     state: str
     reason: str | None
+    until_ms: int | None = None
 
 
 def _waiting_by_domain(account_id: int | None, now: int) -> list[tuple[str, str, int, int, int]]:
@@ -129,9 +130,9 @@ def account_queue(account_id: int, now: int | None = None) -> list[DomainQueue]:
     items = []
     for domain, site, queued, _, oldest in waiting:
         state = states.get(site)
-        shown, _until = state.shown(now) if state is not None else (OK, None)
+        shown, until = state.shown(now) if state is not None else (OK, None)
         reason = state.reason if state is not None and shown != OK else None
-        items.append(DomainQueue(domain, site, queued, oldest, shown, reason))
+        items.append(DomainQueue(domain, site, queued, oldest, shown, reason, until))
     return sorted(items, key=lambda item: (-item.queued, item.domain))
 
 
