@@ -35,6 +35,7 @@ TEMPORARY = "temporary"
 # How long a domain that does not exist, or a failed look-up, is believed without asking again.
 NEGATIVE_TTL = 60
 FAILURE_TTL = 5
+MAX_CACHED = 100_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,8 @@ class MxResolver:
         cached = self._cache.get(domain)
         if cached is None or cached.expires <= time.monotonic():
             cached = await self._look_up(domain)
+            if len(self._cache) >= MAX_CACHED:
+                self._forget_expired()
             self._cache[domain] = cached
         if cached.failure is not None:
             raise cached.failure
@@ -141,6 +144,12 @@ class MxResolver:
         rule = self.shaping.rule_for([host.name for host in hosts])
         self._learned[domain] = (rule.name, cached.expires_at)
         return Destination(domain, rule.name, tuple(hosts), rule, cached.expires_at)
+
+    def _forget_expired(self) -> None:
+        now = time.monotonic()
+        self._cache = {d: c for d, c in self._cache.items() if c.expires > now}
+        if len(self._cache) >= MAX_CACHED:
+            self._cache.clear()
 
     def learned_sites(self) -> list[tuple[str, str, int]]:
         """(domain, site, expires_at) of the domains resolved since the last call, for

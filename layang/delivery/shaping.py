@@ -13,6 +13,7 @@ Built-in rules cover the large mailbox providers, matched by MX host name suffix
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -108,6 +109,18 @@ BUILT_IN: tuple[_Provider, ...] = (
 
 _PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
 _PERIODS |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+MAX_SITE_NAME = 900
+
+
+def _bounded(name: str) -> str:
+    """A site name short enough to be a key (a site of very many MX hosts ends in a digest of
+    the whole)."""
+    if len(name) <= MAX_SITE_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[: MAX_SITE_NAME - 20]}+…{digest}"
 
 
 class ShapingError(ConfigError):
@@ -247,4 +260,4 @@ class Shaping:
                 assert rule is not None
                 return rule
         names = sorted({host.rstrip(".").lower() for host in mx_names})
-        return replace(self.default, name="+".join(names))
+        return replace(self.default, name=_bounded("+".join(names)))

@@ -65,7 +65,7 @@ class SiteView:
 
 
 _SLOW_DOWN = re.compile(
-    r"rate|too many|volume|slow down|try again later|temporarily deferred|throttl|\[TSS?\d+\]",
+    r"rate|too many|volume|slow down|server busy|temporarily deferred|throttl|\[TSS?\d+\]",
     re.IGNORECASE,
 )
 
@@ -73,7 +73,8 @@ _SLOW_DOWN = re.compile(
 def is_slow_down(reply: str) -> bool:
     """Whether an SMTP reply asks the sender to slow down: any 421 (the server closes the
     session), or a 4xx with enhanced code 4.7.x speaking of rate, volume or connections
-    (Gmail ``421 4.7.28``, Microsoft ``451 4.7.500``, Yahoo ``421 4.7.0 [TS0x]``)."""
+    (Gmail ``421 4.7.28``, Microsoft ``451 4.7.500``, Yahoo ``421 4.7.0 [TS0x]``). Greylisting
+    (``451 4.7.1 … try again later``) is not: it is about one message, not the pace."""
     text = reply.strip()
     if text.startswith("421"):
         return True

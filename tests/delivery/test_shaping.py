@@ -121,3 +121,10 @@ def test_a_bad_shaping_file_stops_any_command_with_one_line(tmp_path, command):
         check=False,
     )
     assert result.returncode == 2 and "nope.toml" in result.stderr
+
+
+def test_a_site_of_very_many_hosts_keeps_a_bounded_name():
+    hosts = [f"mx{i:04d}.huge.example" for i in range(200)]
+    name = Shaping.load(None).rule_for(hosts).name
+    assert len(name) <= 900 and name.startswith("mx0000.huge.example+mx0001")
+    assert name == Shaping.load(None).rule_for(list(reversed(hosts))).name

@@ -35,6 +35,7 @@ def test_slow_down_replies_are_told_from_other_temporary_failures(backend):
     assert is_slow_down("451 4.7.500 Server busy. Please try again later from [1.2.3.4].")
     assert is_slow_down("421 4.7.0 [TSS04] Messages from 1.2.3.4 temporarily deferred")
     assert not is_slow_down("451 4.3.0 Mail server temporarily rejected message")
+    assert not is_slow_down("451 4.7.1 Greylisted, please try again later")
     assert not is_slow_down("450 4.2.1 mailbox busy")
     assert not is_slow_down("550 5.7.1 rate of unsolicited mail too high")
 
