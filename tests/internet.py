@@ -195,6 +195,48 @@ class Internet:
         for preference, host in mx:
             self.zone.add_mx(domain, preference, host)
 
+    def standard(self, slow_after: int = 3) -> dict[str, str]:
+        """The zone the direct-to-MX tests share, one domain per behaviour; returns
+        {behaviour: domain}. The servers are in ``servers`` by host name."""
+        self.server("mx.normal.example")
+        self.domain("normal.example", (10, "mx.normal.example"))
+        self.domain("shared.example", (5, "mx.normal.example"))  # same MX set: same site
+        self.server("mx.grey.example", greylist=True)
+        self.domain("grey.example", (10, "mx.grey.example"))
+        self.server("mx.slow.example", slow_down_after=slow_after)
+        self.domain("slow.example", (10, "mx.slow.example"))
+        self.server("mx1.backup.example", refuse=True)
+        self.server("mx2.backup.example")
+        self.domain("backup.example", (10, "mx1.backup.example"), (20, "mx2.backup.example"))
+        self.server("mx-a.pair.example")
+        self.server("mx-b.pair.example")
+        self.domain("pair.example", (10, "mx-a.pair.example"), (10, "mx-b.pair.example"))
+        self.zone.add_null_mx("nullmx.example")
+        self.server("implicit.example")  # no MX: its own A record
+        self.zone.add_a("servfail.example", "127.0.0.1")
+        self.zone.servfail.add("servfail.example")
+        self.server("mx.hang.example").stall()
+        self.domain("hang.example", (10, "mx.hang.example"))
+        self.server("gmail-smtp-in.l.google.com")
+        self.domain("gmail-hosted.example", (5, "gmail-smtp-in.l.google.com"))
+        self.server("mx.v6.example", ipv6=True)
+        self.domain("v6.example", (10, "mx.v6.example"))
+        return {
+            "normal": "normal.example",
+            "shared": "shared.example",
+            "greylisting": "grey.example",
+            "slow_down": "slow.example",
+            "refusing_primary": "backup.example",
+            "equal_pair": "pair.example",
+            "null_mx": "nullmx.example",
+            "implicit_mx": "implicit.example",
+            "nxdomain": "missing.example",
+            "servfail": "servfail.example",
+            "hangs_after_data": "hang.example",
+            "provider": "gmail-hosted.example",
+            "ipv6": "v6.example",
+        }
+
     def close(self) -> None:
         for server in self.servers.values():
             server.stop()

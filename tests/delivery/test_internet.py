@@ -3,6 +3,7 @@ addresses and one port, each with its own behaviour, found through the real DNS 
 
 from __future__ import annotations
 
+import asyncio
 import smtplib
 import socket
 import time
@@ -10,6 +11,8 @@ import time
 import dns.resolver
 import pytest
 
+from layang.delivery.mx import MxFailure, MxResolver
+from layang.delivery.shaping import Shaping
 from tests.internet import GREYLISTED, SLOW_DOWN
 
 
@@ -70,3 +73,41 @@ def test_greylisting_latency_refusal_and_peak_sessions(internet):
     gone = internet.server("mx.gone.example", refuse=True)
     with pytest.raises(ConnectionRefusedError), socket.create_connection((gone.host, gone.port)):
         pass
+
+
+def test_the_standard_zone_resolves_as_each_behaviour_says(internet):
+    world = internet.standard()
+    resolver = MxResolver(internet.resolver, Shaping.load(None), timeout=2.0)
+
+    async def outcome(domain):
+        try:
+            destination = await resolver.resolve(domain)
+        except MxFailure as failure:
+            return failure.kind
+        return destination
+
+    results = {k: asyncio.run(outcome(d)) for k, d in world.items()}
+    assert results["null_mx"] == "null_mx" and results["nxdomain"] == "no_domain"
+    assert results["servfail"] == "temporary"
+    assert results["normal"].site == results["shared"].site == "mx.normal.example"
+    assert results["provider"].site == "google.com"
+    assert results["implicit_mx"].hosts[0].addresses == (internet.servers["implicit.example"].host,)
+    assert [h.name for h in results["refusing_primary"].hosts] == [
+        "mx1.backup.example",
+        "mx2.backup.example",
+    ]
+    assert len(results["equal_pair"].hosts) == 2
+    assert results["ipv6"].hosts[0].addresses == ("::1",)
+    primary = internet.servers["mx1.backup.example"]
+    with (
+        pytest.raises(ConnectionRefusedError),
+        socket.create_connection((primary.host, primary.port)),
+    ):
+        pass
+    hang = internet.servers["mx.hang.example"]
+    client = smtp(hang)
+    client.sock.settimeout(0.5)
+    with pytest.raises((TimeoutError, socket.timeout, smtplib.SMTPServerDisconnected)):
+        send(client, "x@hang.example")
+    assert hang.wait_stalled(1)
+    hang.release()
