@@ -246,6 +246,14 @@ class Config:
         default=(5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
     )
     webhook_allow_private: bool = _setting("LAYANG_WEBHOOK_ALLOW_PRIVATE", _boolean, default=False)
+    # Direct to MX (contract 13): shaping rules, the MX port (25; tests use another), and the
+    # adaptive throttle's pause: it starts at throttle_start_seconds, doubles while a site keeps
+    # saying "slow down" (or keeps refusing connections), and stops growing at the cap.
+    shaping_file: str = _setting("LAYANG_SHAPING_FILE", shown="unset (built-in rules)", default="")
+    mx_port: int = _setting("LAYANG_MX_PORT", _integer, default=25)
+    throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
+    throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
+    suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
 
     def __post_init__(self) -> None:
         if not self.secret_key:

@@ -30,7 +30,16 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from layang.clock import now_ms
 from layang.db import UNAVAILABLE_ERRORS, discard_connection, error_summary, write_health
-from layang.models import BOUNCE, DELAY, DELIVERY, Event, Recipient
+from layang.models import (
+    BOUNCE,
+    DELAY,
+    DELIVERY,
+    Event,
+    MxDomain,
+    Recipient,
+    SiteSlot,
+    SiteState,
+)
 
 log = logging.getLogger("layang.metrics")
 
@@ -81,6 +90,25 @@ def recorded_outcomes() -> Counter:
     return _recorded_outcomes
 
 
+_site_outcomes: Counter | None = None
+
+
+def site_outcome(site: str, outcome: str) -> None:
+    """Count one delivery outcome (``delivered``, ``deferred``, ``bounced``, ``throttled``…)
+    at a destination site, in this process's ``layang_site_outcomes`` counter."""
+    global _site_outcomes
+    if _site_outcomes is None:
+        with _relay_lock:
+            if _site_outcomes is None:
+                _site_outcomes = Counter(
+                    "layang_site_outcomes",
+                    "Delivery outcomes by destination site (per worker process).",
+                    ["site", "outcome"],
+                    registry=PROCESS_REGISTRY,
+                )
+    _site_outcomes.labels(site=site, outcome=outcome).inc()
+
+
 @contextlib.contextmanager
 def timed_relay() -> Iterator[None]:
     """Observe the time the enclosed relay call took, whether it succeeded or not."""
@@ -120,6 +148,7 @@ class DatabaseCollector:
                 .tuples()
                 .get()
             )
+            sites = _site_figures(now)
         except UNAVAILABLE_ERRORS as error:
             log.warning("metrics: database unavailable: %s", error_summary(error))
             discard_connection()
@@ -140,6 +169,45 @@ class DatabaseCollector:
             "Age of the oldest email still waiting for delivery (0 when the queue is empty).",
             max(now - oldest, 0) / 1000 if oldest is not None else 0,
         )
+        yield from sites
+
+
+SITE_GAUGES = (
+    ("layang_site_queued", "Emails waiting for delivery, by destination site."),
+    ("layang_site_sessions", "SMTP sessions open to the site, across every worker."),
+    ("layang_site_limit", "Sessions the site may have now (its rule's, or less while throttled)."),
+)
+
+
+def _site_figures(now: int) -> list[Metric]:
+    """The per-site gauges: queued (waiting mail grouped by domain, joined to the domain's
+    site; a domain not resolved yet is its own site), open sessions and the limit."""
+    queued: dict[str, float] = {}
+    rows = (
+        Recipient.select(Recipient.domain, MxDomain.site, peewee.fn.COUNT(Recipient.id))
+        .join(MxDomain, peewee.JOIN.LEFT_OUTER, on=(MxDomain.domain == Recipient.domain))
+        .where(Recipient.next_attempt_at.is_null(False))
+        .group_by(Recipient.domain, MxDomain.site)
+        .tuples()
+    )
+    for domain, site, count in rows:
+        name = site or domain or ""
+        queued[name] = queued.get(name, 0) + count
+    sessions = dict(
+        SiteSlot.select(SiteSlot.site, peewee.fn.COUNT(SiteSlot.id))
+        .where(SiteSlot.expires_at > now)
+        .group_by(SiteSlot.site)
+        .tuples()
+    )
+    limits = {row.site: row.limit() for row in SiteState.select()}
+    families = [
+        GaugeMetricFamily(name, help_text, labels=["site"]) for name, help_text in SITE_GAUGES
+    ]
+    for family, values in zip(families, (queued, sessions, limits), strict=True):
+        for site, value in sorted(values.items()):
+            if value is not None:
+                family.add_metric([site], value)
+    return families
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

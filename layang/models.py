@@ -100,11 +100,16 @@ class Recipient(BaseModel):
     next_attempt_at = peewee.BigIntegerField(null=True, index=True)
     lease_owner = peewee.CharField(max_length=64, null=True)
     lease_expires_at = peewee.BigIntegerField(null=True)
+    # The address's domain (lower-cased), so waiting mail can be grouped by destination, and
+    # what a waiting recipient waits on (a throttled or suspended site), if anything.
+    domain = peewee.TextField(null=True)
+    waiting_on = peewee.TextField(null=True)
 
     class Meta:
         indexes = (
             (("account", "id"), False),
             (("account", "status", "id"), False),
+            (("domain", "next_attempt_at"), False),
         )
 
 
@@ -388,3 +393,72 @@ class WebhookAttempt(BaseModel):
 
 
 MODELS.extend([WebhookEndpoint, WebhookEvent, WebhookDelivery, WebhookAttempt])
+
+
+class MxDomain(BaseModel):
+    """The site a recipient domain resolved to, kept until its DNS answer expires, so that
+    waiting mail can be grouped by site."""
+
+    domain = peewee.CharField(primary_key=True, max_length=253)
+    site = peewee.TextField(index=True)
+    expires_at = peewee.BigIntegerField()
+
+
+OK = "ok"
+THROTTLED = "throttled"
+SUSPENDED = "suspended"
+SITE_STATES = (OK, THROTTLED, SUSPENDED)
+
+
+class SiteState(BaseModel):
+    """What every sender process agrees about one destination site: its connection limit
+    while throttled (None: the rule's), whether new sessions wait until ``until_ms`` and why,
+    the current pause (``pause_ms``, doubling while the site keeps refusing), the consecutive
+    connection failures, and the rate limiter's theoretical arrival time (GCRA, microseconds)."""
+
+    site = peewee.CharField(primary_key=True, max_length=1000)
+    connection_limit = peewee.IntegerField(null=True)
+    rule_limit = peewee.IntegerField(null=True)
+    state = peewee.CharField(max_length=16, default=OK)
+    until_ms = peewee.BigIntegerField(null=True)
+    reason = peewee.TextField(null=True)
+    last_reply = peewee.TextField(null=True)
+    pause_ms = peewee.BigIntegerField(default=0)
+    signal_at = peewee.BigIntegerField(null=True)
+    failures = peewee.IntegerField(default=0)
+    rate_tat_us = peewee.BigIntegerField(null=True)
+    updated_at = peewee.BigIntegerField(default=now_ms)
+
+    def shown(self, now: int) -> tuple[str, int | None]:
+        """The state as people are told it, and until when: a pause that has run out shows
+        as ``throttled`` (no end) while the limit is still below the rule's, else ``ok``; a
+        suspension without an end lasts until resumed."""
+        if self.state == SUSPENDED and (self.until_ms is None or self.until_ms > now):
+            return SUSPENDED, self.until_ms
+        if self.state == THROTTLED and self.until_ms is not None and self.until_ms > now:
+            return THROTTLED, self.until_ms
+        if self.connection_limit is not None:
+            return THROTTLED, None
+        return OK, None
+
+    def limit(self) -> int | None:
+        """The sessions allowed now: the throttled limit, else the rule's (None: unknown)."""
+        if self.connection_limit is not None:
+            return self.connection_limit
+        return self.rule_limit
+
+
+class SiteSlot(BaseModel):
+    """One open (or opening) session to a site, held by ``owner`` (a worker) until
+    ``expires_at`` unless renewed: a dead worker's sessions stop counting."""
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    site = peewee.CharField(max_length=1000)
+    owner = peewee.CharField(max_length=64, index=True)
+    expires_at = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("site", "expires_at"), False),)
+
+
+MODELS.extend([MxDomain, SiteState, SiteSlot])

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import MX, QTYPE, RCODE, RR, TXT, DNSError, DNSRecord
+from dnslib import AAAA, MX, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -31,12 +31,39 @@ class Zone(BaseResolver):
         self.servfail: set[str] = set()
         self.silent: set[str] = set()
         self.queries: list[tuple[str, str]] = []
+        self.ttls: dict[tuple[str, str], int] = {}
 
     def add_txt(self, name: str, value: str) -> None:
         self.records.setdefault((_name(name), "TXT"), []).append(TXT(txt_strings(value)))
 
     def add_mx(self, name: str, preference: int, host: str) -> None:
         self.records.setdefault((_name(name), "MX"), []).append(MX(host, preference))
+
+    def add_a(self, name: str, *addresses: str, ttl: int | None = None) -> None:
+        self.records.setdefault((_name(name), "A"), []).extend(A(a) for a in addresses)
+        if ttl is not None:
+            self.ttls[(_name(name), "A")] = ttl
+
+    def add_aaaa(self, name: str, *addresses: str, ttl: int | None = None) -> None:
+        self.records.setdefault((_name(name), "AAAA"), []).extend(AAAA(a) for a in addresses)
+        if ttl is not None:
+            self.ttls[(_name(name), "AAAA")] = ttl
+
+    def add_null_mx(self, name: str) -> None:
+        """``0 .``: the domain accepts no mail (RFC 7505)."""
+        self.add_mx(name, 0, ".")
+
+    def add_tlsa(self, name: str, usage: int, selector: int, mtype: int, data: bytes) -> None:
+        self.records.setdefault((_name(name), "TLSA"), []).append(
+            TLSA(usage, selector, mtype, data)
+        )
+
+    def set_ttl(self, name: str, rtype: str, ttl: int) -> None:
+        self.ttls[(_name(name), rtype)] = ttl
+
+    def exists(self, name: str) -> None:
+        """Make ``name`` exist with no records of any type asked (NOERROR, no data)."""
+        self.records.setdefault((_name(name), "NONE"), [])
 
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):
@@ -65,7 +92,8 @@ class Zone(BaseResolver):
             reply.header.rcode = RCODE.SERVFAIL
             return reply
         for rdata in self.records.get((name, qtype), []):
-            reply.add_answer(RR(request.q.qname, request.q.qtype, rdata=rdata, ttl=60))
+            ttl = self.ttls.get((name, qtype), 60)
+            reply.add_answer(RR(request.q.qname, request.q.qtype, rdata=rdata, ttl=ttl))
         if not reply.rr and not any(key[0] == name for key in self.records):
             reply.header.rcode = RCODE.NXDOMAIN
         return reply

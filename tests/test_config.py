@@ -50,6 +50,11 @@ DOCUMENTED = {
     "rate_limit": None,
     "webhook_retry_schedule": (5, 300, 1800, 7200, 18000, 36000, 36000),
     "webhook_allow_private": False,
+    "shaping_file": "",
+    "mx_port": 25,
+    "throttle_start_seconds": 5,
+    "throttle_max_seconds": 300,
+    "suspend_after_failures": 3,
 }
 
 
@@ -111,6 +116,11 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_RATE_LIMIT": "1000/min",
         "LAYANG_WEBHOOK_RETRY_SCHEDULE": "1,1,2",
         "LAYANG_WEBHOOK_ALLOW_PRIVATE": "true",
+        "LAYANG_SHAPING_FILE": "/etc/layang/shaping.toml",
+        "LAYANG_MX_PORT": "2525",
+        "LAYANG_THROTTLE_START_SECONDS": "1",
+        "LAYANG_THROTTLE_MAX_SECONDS": "60",
+        "LAYANG_SUSPEND_AFTER_FAILURES": "5",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

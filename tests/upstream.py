@@ -141,14 +141,16 @@ class Upstream:
         auth_users: dict[str, str] | None = None,
         cafile: Path | None = None,
         pipelining: bool = False,
+        host: str = HOST,
+        port: int = 0,
     ) -> None:
         self.pipelining = pipelining
         self.tls_context = tls_context
         self.ssl_context = ssl_context
         self.auth_users = dict(auth_users or {})
         self.cafile = cafile
-        self.host = HOST
-        self.port = 0
+        self.host = host
+        self.port = port
         self.received: list[Received] = []
         self.data_seen: list[bytes] = []
         self.attempts: list[tuple[str, str]] = []
@@ -214,7 +216,7 @@ class Upstream:
     @property
     def url(self) -> str:
         """The relay URL reaching this server the way it is meant to be reached."""
-        base = f"{self.host}:{self.port}"
+        base = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         if self.ssl_context is not None:
             if self.cafile is not None:
                 return f"smtps://{base}?cafile={quote(str(self.cafile), safe='/')}"
@@ -373,6 +375,10 @@ class Upstream:
         while self._sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
 
+    def handler(self) -> _Handler:
+        """The aiosmtpd handler answering for this server."""
+        return _Handler(self)
+
     def _on_loop(self, controller: _Controller, coroutine: Any) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, controller.loop).result(5)
 
@@ -529,8 +535,8 @@ class _Controller(Controller):
         else:
             extra["auth_exclude_mechanism"] = ["LOGIN", "PLAIN"]
         super().__init__(
-            _Handler(upstream),
-            hostname=HOST,
+            upstream.handler(),
+            hostname=upstream.host,
             port=port,
             ssl_context=upstream.ssl_context,
             server_hostname=SERVER_NAME,

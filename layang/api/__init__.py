@@ -115,6 +115,7 @@ def init_api(app: flask.Flask) -> None:
         activity,
         authorized_recipients,
         domains,
+        queue,
         suppressions,
         templates,
         transmissions,
@@ -147,6 +148,7 @@ def init_api(app: flask.Flask) -> None:
         domains,
         suppressions,
         webhooks,
+        queue,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from layang.api.errors import describe
+from layang.cli.queue import Duration
 from layang.cli.send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError, describe_settings
@@ -92,6 +93,8 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
 )
+# Checked by every command before it starts (layang.serving.preflight).
+EVERY_COMMAND = ("shaping_file",)
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
@@ -102,7 +105,9 @@ class Uses:
 
     def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
         self.needs = needs
-        self.settings = tuple(dict.fromkeys(name for part in parts for name in part))
+        self.settings = tuple(
+            dict.fromkeys(name for part in (*parts, EVERY_COMMAND) for name in part)
+        )
 
     def __call__(self, command: click.Command) -> click.Command:
         rows = describe_settings(self.settings)
@@ -511,3 +516,67 @@ class domain_errors:
 
 
 main.add_command(Uses(Needs(None), ("http_bind",))(send_command))
+
+
+# -- the delivery queue (contract 13) ------------------------------------------------------------
+
+
+@Uses(Needs(EXISTING), STORE)
+@main.group("queue", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help='Print {"sites": [...]} instead of lines.')
+@click.pass_context
+def queue_group(context: click.Context, as_json: bool) -> None:
+    """The delivery queue: one line per destination site (queued, in flight, sessions open /
+    limit, state, last reply)."""
+    if context.invoked_subcommand is not None:
+        return
+    from layang.cli.queue import site_json, site_line
+    from layang.domain.queue_view import site_queues
+
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    rows = site_queues()
+    if as_json:
+        emit({"sites": [site_json(row) for row in rows]})
+    elif not rows:
+        click.echo("The queue is empty.")
+    for row in [] if as_json else rows:
+        click.echo(site_line(row))
+
+
+@Uses(Needs(EXISTING), STORE)
+@queue_group.command("suspend")
+@click.argument("site")
+@click.option("--for", "duration", type=Duration(), help="e.g. 30m, 2h (default: until resumed)")
+def queue_suspend(site: str, duration: float | None) -> None:
+    """Stop new sessions to SITE (or to the site of a recipient domain) for a while or until
+    resumed; prints the site."""
+    from layang.cli.queue import site_json
+    from layang.clock import now_ms
+    from layang.delivery import sites
+    from layang.domain.queue_view import site_named, site_queues
+
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    name = site_named(site)
+    until = None if duration is None else now_ms() + int(duration * 1000)
+    sites.suspend(name, until, "suspended by the operator")
+    emit(next(site_json(row) for row in site_queues() if row.site == name))
+
+
+@Uses(Needs(EXISTING), STORE)
+@queue_group.command("resume")
+@click.argument("site")
+def queue_resume(site: str) -> None:
+    """Let mail flow to SITE (or the site of a recipient domain) again at its full limit;
+    prints the site."""
+    from layang.cli.queue import site_json
+    from layang.delivery import sites
+    from layang.domain.queue_view import site_named, site_queues
+
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    name = site_named(site)
+    view = sites.resume(name)
+    rows = [site_json(row) for row in site_queues() if row.site == name]
+    emit(rows[0] if rows else {"site": name, "state": view.state})

@@ -50,6 +50,7 @@ RECIPIENT_FIELDS = (
     "updated_at",
     "attempts",
     "next_attempt_at",
+    "domain",
 )
 
 
@@ -73,6 +74,12 @@ class Submission:
     message: OutgoingMessage | None = None
     raw: bytes | None = None
     suppressed: Mapping[str, str] = field(default_factory=dict)
+
+
+def recipient_domain(address: str) -> str:
+    """The domain a recipient row is grouped by: the part after the last ``@``, lower-cased
+    (as migration 10 backfills it)."""
+    return domain_of(address).lower()
 
 
 def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
@@ -104,11 +111,11 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         reason = submission.suppressed.get(address.lower())
         if reason is None:
             row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created))
+            recipient_rows.append((*row, created, created, 0, created, recipient_domain(address)))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
-            recipient_rows.append((*row, created, created, 0, None))
+            recipient_rows.append((*row, created, created, 0, None, recipient_domain(address)))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     insert_atomically(
         [

@@ -24,6 +24,8 @@ from pathlib import Path
 from layang.config import Config, parse_bind
 from layang.db import POSTGRESQL_CONNECT_DEFAULTS, error_summary
 from layang.delivery.relay import CaptureRelay, RelayConfigError, redact_url, relay_from_url
+from layang.delivery.shaping import VARIABLE as SHAPING_VARIABLE
+from layang.delivery.shaping import Shaping, ShapingError
 
 CREATE = "create"
 """The command creates the database (and its directory) when it is missing."""
@@ -109,6 +111,7 @@ def check(config: Config, needs: Needs) -> Listeners:
         check_relay(config.relay_url, "LAYANG_DATA_DIR" if data_dir else "LAYANG_RELAY_URL")
     if needs.smtp_tls:
         check_smtp_tls(config)
+    check_shaping(config.shaping_file)
     listeners = Listeners()
     try:
         for listener in needs.listeners:
@@ -119,6 +122,15 @@ def check(config: Config, needs: Needs) -> Listeners:
         listeners.close()
         raise
     return listeners
+
+
+def check_shaping(path: str) -> None:
+    """A shaping file that cannot be used stops every command, not only the senders: an
+    operator learns of the mistake on the first command run."""
+    try:
+        Shaping.load(path or None)
+    except ShapingError as error:
+        raise PreflightError(SHAPING_VARIABLE, error.problem) from None
 
 
 # -- directories ---------------------------------------------------------------------------------

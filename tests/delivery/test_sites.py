@@ -1,0 +1,175 @@
+"""Per-site state shared in the database: the adaptive throttle (AIMD), suspension after
+connection failures, operator suspend/resume, session slots and the message rate, the last two
+also across processes, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from layang.delivery import sites
+from layang.delivery.sites import Throttle, is_slow_down
+from tests.conftest import BACKENDS
+from tests.test_cli import ROOT
+
+pytestmark = pytest.mark.parametrize("backend", BACKENDS)
+
+SITE = "mx1.a.example+mx2.a.example"
+T0 = 1_800_000_000_000
+GMAIL = "421 4.7.28 [203.0.113.9] Our system has detected an unusual rate of unsolicited mail"
+
+
+@pytest.fixture
+def db(app):
+    """The test's database, opened with its schema."""
+    return app
+
+
+def test_slow_down_replies_are_told_from_other_temporary_failures(backend):
+    assert is_slow_down(GMAIL)
+    assert is_slow_down("451 4.7.500 Server busy. Please try again later from [1.2.3.4].")
+    assert is_slow_down("421 4.7.0 [TSS04] Messages from 1.2.3.4 temporarily deferred")
+    assert not is_slow_down("451 4.3.0 Mail server temporarily rejected message")
+    assert not is_slow_down("451 4.7.1 Greylisted, please try again later")
+    assert not is_slow_down("450 4.2.1 mailbox busy")
+    assert not is_slow_down("550 5.7.1 rate of unsolicited mail too high")
+
+
+def test_slow_down_halves_the_limit_pauses_and_successes_win_it_back(db):
+    assert sites.gate(SITE, 10, now=T0) == sites.SiteView(SITE, True, 10, "ok", None, None, None)
+    view = sites.slow_down(SITE, GMAIL, 10, now=T0)
+    assert (view.open, view.limit, view.state, view.until_ms) == (False, 5, "throttled", T0 + 5000)
+    assert view.reason == f"slow down: {GMAIL}" and view.last_reply == GMAIL
+    # Signals from other sessions within a second are the same signal.
+    assert sites.slow_down(SITE, GMAIL, 10, now=T0 + 900).limit == 5
+    assert sites.slow_down(SITE, GMAIL, 10, now=T0 + 999).until_ms == T0 + 5000
+    assert not sites.gate(SITE, 10, now=T0 + 4999).open
+    after = sites.gate(SITE, 10, now=T0 + 5000)
+    assert (after.open, after.limit, after.state, after.until_ms) == (True, 5, "throttled", None)
+    # Successes during the pause win nothing; after it, one session per second.
+    assert sites.success(SITE, 10, now=T0 + 4000).limit == 5
+    limits = [sites.success(SITE, 10, now=T0 + 5000 + 250 * i).limit for i in range(25)]
+    assert limits[0] == 6 and limits[3] == 6 and limits[4] == 7
+    assert limits[-1] == 10 and sorted(limits) == limits
+    assert sites.gate(SITE, 10, now=T0 + 20_000).state == "ok"
+
+
+def test_the_pause_doubles_while_the_signal_repeats_up_to_the_cap(db):
+    throttle = Throttle(start_ms=5_000, max_ms=30_000)
+    now, pauses, limits = T0, [], []
+    for _ in range(6):
+        view = sites.slow_down(SITE, GMAIL, 16, now=now, throttle=throttle)
+        pauses.append(view.until_ms - now)
+        limits.append(view.limit)
+        now = view.until_ms + 100  # it says "slow down" again right after each pause
+    assert pauses == [5_000, 10_000, 20_000, 30_000, 30_000, 30_000]
+    assert limits == [8, 4, 2, 1, 1, 1]
+    # Once the site stays quiet for longer than a pause, the next signal starts over.
+    later = now + 120_000
+    assert sites.slow_down(SITE, GMAIL, 16, now=later, throttle=throttle).until_ms == later + 5_000
+
+
+def test_repeated_connection_failures_suspend_the_site_with_growing_backoff(db):
+    refused = "connection refused by 192.0.2.1:25"
+    assert sites.connect_failure(SITE, refused, 10, now=T0).open
+    assert sites.connect_failure(SITE, refused, 10, now=T0 + 10).open
+    view = sites.connect_failure(SITE, refused, 10, now=T0 + 20)
+    assert (view.open, view.state, view.until_ms) == (False, "suspended", T0 + 5020)
+    assert view.reason == f"3 connection failures in a row: {refused}"
+    now = T0 + 5100
+    for _ in range(3):
+        view = sites.connect_failure(SITE, refused, 10, now=now)
+    assert view.until_ms == now + 10_000
+    assert sites.gate(SITE, 10, now=now + 10_000).open
+    # A success starts the count over.
+    sites.connect_failure(SITE, refused, 10, now=now + 20_000)
+    sites.success(SITE, 10, now=now + 20_001)
+    sites.connect_failure(SITE, refused, 10, now=now + 20_002)
+    assert sites.connect_failure(SITE, refused, 10, now=now + 20_003).open
+
+
+def test_an_operator_suspends_and_resumes_a_site(db):
+    view = sites.suspend(SITE, None, "suspended by the operator", now=T0)
+    assert (view.open, view.state, view.until_ms) == (False, "suspended", None)
+    assert not sites.gate(SITE, 10, now=T0 + 10**9).open
+    assert sites.acquire_slot(SITE, "w1", 10, 60_000, now=T0) is None
+    assert sites.resume(SITE, now=T0).open
+    sites.suspend(SITE, T0 + 60_000, "maintenance", now=T0)
+    assert not sites.gate(SITE, 10, now=T0 + 59_999).open
+    assert sites.gate(SITE, 10, now=T0 + 60_000).state == "ok"
+
+
+def test_slots_hold_the_limit_and_dead_owners_lose_theirs(db):
+    held = [sites.acquire_slot(SITE, "w1", 3, 1_000, now=T0) for _ in range(4)]
+    assert held[3] is None and all(held[:3])
+    assert sites.open_sessions(SITE, now=T0) == 3
+    sites.release_slot(held[0])
+    assert sites.acquire_slot(SITE, "w2", 3, 1_000, now=T0) is not None
+    # w2 renews; w1 dies: its slots stop counting when their lease ends.
+    assert sites.renew_slots("w2", 5_000, now=T0 + 500) == 1
+    assert sites.open_sessions(SITE, now=T0 + 1_000) == 1
+    assert len([sites.acquire_slot(SITE, "w3", 3, 60_000, now=T0 + 1_000) for _ in range(2)]) == 2
+    assert sites.acquire_slot(SITE, "w3", 3, 1_000, now=T0 + 1_000) is None
+    # A throttled site's lower limit applies to new slots.
+    sites.slow_down(SITE, GMAIL, 3, now=T0 + 1_000)
+    assert sites.acquire_slot(SITE, "w3", 3, 1_000, now=T0 + 7_000) is None  # 3 held > 1
+    assert sites.gate(SITE, now=T0 + 7_000).limit == 1
+
+
+def test_the_rate_spaces_sends_evenly(db):
+    now = T0 * 1000
+    waits = [sites.take_rate(SITE, 10.0, now_us=now) for _ in range(5)]
+    assert waits == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert sites.take_rate(SITE, 10.0, now_us=now + 2_000_000) == 0.0
+
+
+CONTENDER = textwrap.dedent(
+    """
+    import json, sys, time
+    from layang.db import open_database
+    from layang.delivery import sites
+    open_database(sys.argv[1])
+    owner, most, reserved = sys.argv[2], 0, []
+    start = time.time() + 1.0
+    while time.time() < start:
+        time.sleep(0.001)
+    for _ in range(40):
+        slot = sites.acquire_slot("shared.example", owner, 3, 60_000)
+        if slot:
+            most = max(most, sites.open_sessions("shared.example"))
+            time.sleep(0.002)
+            sites.release_slot(slot)
+    for _ in range(15):
+        reserved.append(time.time() + sites.take_rate("rated.example", 50.0))
+    print(json.dumps({"most": most, "reserved": reserved}))
+    """
+)
+
+
+def test_two_processes_share_one_limit_and_one_rate(db, config):
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONTENDER, config.database_url, f"w{i}"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        results.append(json.loads(out))
+    assert max(r["most"] for r in results) <= 3
+    assert max(r["most"] for r in results) >= 2  # they did overlap
+    times = sorted(t for r in results for t in r["reserved"])
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # 45 sends at 50/s across three processes: never two in the same 20 ms (clock skew aside).
+    assert min(gaps) > 0.015 and times[-1] - times[0] >= 44 * 0.02 - 0.01
