@@ -9,6 +9,7 @@ nowhere else.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -140,6 +141,27 @@ def _domain(raw: str, name: str) -> str:
     return value
 
 
+def _source_addresses(raw: str, name: str) -> tuple[tuple[str, str], ...]:
+    """``ip[=ehlo.name][,…]`` → ((ip, ehlo name or ""), …)."""
+    sources = []
+    for part in raw.split(","):
+        address, _, ehlo = part.strip().partition("=")
+        try:
+            ip = ipaddress.ip_address(address.strip())
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be IP addresses with optional EHLO names, like "
+                f"192.0.2.10=mta1.example.com,192.0.2.11, not {raw!r}"
+            ) from None
+        ehlo = ehlo.strip().rstrip(".").lower()
+        if ehlo and (" " in ehlo or "." not in ehlo):
+            raise ConfigError(f"{name}: {ehlo!r} is not a host name for EHLO")
+        sources.append((str(ip), ehlo))
+    if len({ip for ip, _ in sources}) != len(sources):
+        raise ConfigError(f"{name} names an address twice")
+    return tuple(sources)
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -251,6 +273,13 @@ class Config:
     # saying "slow down" (or keeps refusing connections), and stops growing at the cap.
     shaping_file: str = _setting("LAYANG_SHAPING_FILE", shown="unset (built-in rules)", default="")
     mx_port: int = _setting("LAYANG_MX_PORT", _integer, default=25)
+    source_addresses: tuple[tuple[str, str], ...] = _setting(
+        "LAYANG_SOURCE_ADDRESSES",
+        _source_addresses,
+        shown="unset (the system's choice)",
+        default=(),
+    )
+    ehlo_name: str = _setting("LAYANG_EHLO_NAME", _domain, shown="the host's FQDN", default="")
     throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)

@@ -69,7 +69,6 @@ class MxServer(Upstream):
         pipelining: bool = True,
     ) -> None:
         self.name = name
-        self.latency = latency
         self.slow_down_after = slow_down_after
         self.slow_down_reply = slow_down_reply
         self.greylist = greylist
@@ -80,6 +79,7 @@ class MxServer(Upstream):
         self._greylisted: set[tuple[str, str]] = set()
         self._count_lock = threading.Lock()
         super().__init__(host=host, port=port, pipelining=pipelining)
+        self.latency = latency  # before every reply (tests.upstream), the greeting included
         self._sessions = _SessionCount(self)
 
     def start(self) -> None:
@@ -107,10 +107,6 @@ class MxServer(Upstream):
 class _MxHandler(_Handler):
     upstream: MxServer
 
-    async def _late(self) -> None:
-        if self.upstream.latency:
-            await asyncio.sleep(self.upstream.latency)
-
     async def handle_EHLO(
         self,
         server: _TrackedSMTP,
@@ -119,13 +115,11 @@ class _MxHandler(_Handler):
         hostname: str,
         responses: list[str],
     ) -> list[str]:
-        await self._late()
         return await super().handle_EHLO(server, session, envelope, hostname, responses)
 
     async def handle_MAIL(
         self, server: _TrackedSMTP, session: Session, envelope: Envelope, *args: Any
     ) -> str:
-        await self._late()
         mx = self.upstream
         started = getattr(session, "mx_messages", 0) + 1
         session.mx_messages = started  # type: ignore[attr-defined]
@@ -135,14 +129,15 @@ class _MxHandler(_Handler):
             mx._note("MAIL refused", mx.slow_down_reply)
             if mx.slow_down_reply.startswith("421") and server.transport is not None:
                 # 421: the server closes the session once the reply is out.
-                asyncio.get_running_loop().call_later(0.01, server.transport.close)
+                # (after the reply, which leaves ``latency`` after the command)
+                later = mx.latency + 0.01
+                asyncio.get_running_loop().call_later(later, server.transport.close)
             return mx.slow_down_reply
         return await super().handle_MAIL(server, session, envelope, *args)
 
     async def handle_RCPT(
         self, server: _TrackedSMTP, session: Session, envelope: Envelope, address: str, *a: Any
     ) -> str:
-        await self._late()
         mx = self.upstream
         if mx.greylist:
             pair = ((envelope.mail_from or "").lower(), address.lower())
@@ -155,7 +150,6 @@ class _MxHandler(_Handler):
         return await super().handle_RCPT(server, session, envelope, address, *a)
 
     async def handle_DATA(self, server: _TrackedSMTP, session: Session, *args: Any) -> str:
-        await self._late()
         return await super().handle_DATA(server, session, *args)
 
 

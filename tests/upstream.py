@@ -166,6 +166,7 @@ class Upstream:
         self._in_stall = threading.Event()
         self.data_delay = 0.0
         self.latency = 0.0  # seconds before every reply, the greeting included
+        self.greeted: list[tuple[str, str]] = []  # (client address, EHLO name) per session
         self._slow: dict[str, float] = {}
         self._hung: set[str] = set()
         self._sessions: set[_TrackedSMTP] = set()  # touched only on the server's loop
@@ -400,6 +401,7 @@ class _Handler:
         session.host_name = hostname
         self.upstream._count(server)
         self.upstream._note("EHLO", hostname)
+        self.upstream.greeted.append((session.peer[0], hostname))
         if not self.upstream.auth_users:
             # Otherwise aiosmtpd would still advertise an (empty) AUTH once TLS is up.
             responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]

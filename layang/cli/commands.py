@@ -92,11 +92,25 @@ DELIVERY = (
     "bounce_domain",  # the mailto: of List-Unsubscribe
     "webhook_retry_schedule",
     "webhook_allow_private",
+    "mx_port",
+    "dns_resolver",
+    "source_addresses",
+    "ehlo_name",
+    "throttle_start_seconds",
+    "throttle_max_seconds",
+    "suspend_after_failures",
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file",)
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
-DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
+DOMAINS = (
+    "dns_resolver",
+    "inbound_host",
+    "public_url",
+    "relay_url",
+    "secret_key",
+    "source_addresses",
+)
 
 
 class Uses:

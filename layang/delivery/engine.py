@@ -30,10 +30,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
+from layang.delivery import sites
+from layang.delivery.direct import MxRoute, open_session, verifying_context
+from layang.delivery.mx import TEMPORARY, MxFailure, remember_sites
+from layang.delivery.mx import Destination as MxDestination
 from layang.delivery.queue import ClaimedRecipient
-from layang.delivery.relay import DEFERRED, RecipientResult, SmtpRelay
+from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult, SmtpRelay
 from layang.delivery.routes import Route
+from layang.delivery.shaping import SiteRule
+from layang.delivery.sites import is_slow_down
 from layang.delivery.smtp import Envelope, Refused, SmtpSession, Stale
+from layang.metrics import site_outcome
 
 log = logging.getLogger("layang.engine")
 
@@ -56,6 +64,8 @@ class Job:
     done: Callable[[Job, RecipientResult], None]
     started: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)
+    mx: MxDestination | None = None  # direct to MX: the recipient domain resolved
+    finished: bool = False
 
 
 class Session(Protocol):
@@ -83,6 +93,10 @@ class Destination:
     waiting: int = 0  # runners looking for their next job
     idle: list[Session] = field(default_factory=list)
     in_flight: dict[Job, float] = field(default_factory=dict)
+    site: str | None = None  # direct to MX: the site, whose state is shared
+    rule: SiteRule | None = None
+    blocked_until: float = 0.0  # no new session before (monotonic): the site is at its limit
+    paused: bool = False  # the site asked to slow down: the sessions stop
 
 
 class Engine:
@@ -98,8 +112,22 @@ class Engine:
         hand_back: Callable[[list[Job]], None],
         stall_seconds: float,
         lease_fresh: Callable[[], bool],
+        owner: str = "",
+        hold: Callable[[list[Job], str, int | None, str], None] | None = None,
+        lease_seconds: float = 60.0,
+        throttle: sites.Throttle | None = None,
     ) -> None:
         self.connections = max(1, connections)
+        self.owner = owner
+        self.hold = hold
+        self.lease_ms = int(lease_seconds * 1000)
+        self._resolving: dict[str, list[Job]] = {}
+        self.throttle = throttle or sites.DEFAULT
+        self._site_state = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="site-state"
+        )
+        self._last_success: dict[str, float] = {}
+        self._next_slot_renewal = time.monotonic()
         self.helo_name = helo_name
         self.unrecorded = unrecorded
         self.hand_back = hand_back
@@ -107,6 +135,7 @@ class Engine:
         self.lease_fresh = lease_fresh
         self.destinations: dict[str, Destination] = {}
         self.open_sessions = 0
+        self.sessions: set[_Counted] = set()
         self.admitted = 0  # jobs let through to a transaction whose outcome is not handed over
         self.pending = 0  # jobs submitted and not finished (queued or in flight)
         self._changed = threading.Condition()
@@ -166,11 +195,56 @@ class Engine:
     def _enqueue(self, jobs: list[Job]) -> None:
         touched = {}
         for job in jobs:
+            if isinstance(job.route.transport, MxRoute):
+                domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
+                waiting = self._resolving.setdefault(domain, [])
+                waiting.append(job)
+                if len(waiting) == 1:
+                    self.loop.create_task(self._resolve(job.route.transport, domain))
+                continue
             destination = self._destination(job)
             destination.queue.append(job)
             touched[destination.key] = destination
         for destination in touched.values():
             self._pump(destination)
+
+    async def _resolve(self, route: MxRoute, domain: str) -> None:
+        """Resolve ``domain`` and queue its waiting jobs on its site (or settle them)."""
+        try:
+            resolved = await route.resolver_for_loop().resolve(domain)
+        except MxFailure as failure:
+            outcome = DEFERRED if failure.kind == TEMPORARY else BOUNCED
+            for job in self._resolving.pop(domain, []):
+                result = RecipientResult(
+                    job.recipient.address, failure.code, failure.reply, outcome
+                )
+                self._finish(job, result)
+            return
+        except Exception as error:
+            log.exception("resolving %s failed", domain)
+            for job in self._resolving.pop(domain, []):
+                reply = f"451 4.4.3 looking up {domain} failed: {error}"
+                self._finish(job, RecipientResult(job.recipient.address, 451, reply, DEFERRED))
+            return
+        jobs = self._resolving.pop(domain, [])
+        key = f"mx:{resolved.site}"
+        destination = self.destinations.get(key)
+        if destination is None:
+            rule = resolved.rule
+            limit = min(self.connections, rule.connections * len(route.sources))
+            destination = Destination(
+                key,
+                jobs[0].route,
+                limit,
+                rule.messages_per_connection,
+                site=resolved.site,
+                rule=rule,
+            )
+            self.destinations[key] = destination
+        for job in jobs:
+            job.mx = resolved
+            destination.queue.append(job)
+        self._pump(destination)
 
     def _destination(self, job: Job) -> Destination:
         destination = self.destinations.get(job.destination)
@@ -182,6 +256,8 @@ class Engine:
         return destination
 
     def _pump(self, destination: Destination) -> None:
+        if destination.blocked_until > time.monotonic():
+            return
         while (
             destination.queue
             and destination.runners < destination.limit
@@ -199,6 +275,8 @@ class Engine:
                     # The leases may lapse before a transaction ends: leave the rest.
                     self._give_back(destination)
                     break
+                if destination.paused:
+                    break
                 while self.unrecorded() + self.admitted >= MAX_UNRECORDED:
                     await asyncio.sleep(0.01)
                 if not destination.queue:
@@ -208,6 +286,16 @@ class Engine:
                 self.admitted += 1
                 try:
                     session = await self._step(destination, session, job)
+                except Exception as error:  # a bug must not leave the job unfinished
+                    log.exception("delivery to %s failed", destination.key)
+                    if session is not None:
+                        await self._close(session)
+                        session = None
+                    if not job.finished:
+                        reply = f"451 4.3.0 local error: {error}"
+                        self._finish(
+                            job, RecipientResult(job.recipient.address, 0, reply, DEFERRED)
+                        )
                 finally:
                     self.admitted -= 1
                     destination.waiting += 1
@@ -224,9 +312,18 @@ class Engine:
     ) -> Session | None:
         """Run ``job`` on ``session`` (opened if need be); the session to go on with."""
         if session is None or session.closed:
-            session = await self._open(destination, job)
+            if destination.site is not None:
+                session = await self._open_mx(destination, job)
+            else:
+                session = await self._open(destination, job)
             if session is None:
                 return None
+        if destination.rule is not None and destination.rule.rate:
+            wait = await self._state(
+                sites.take_rate, destination.site, destination.rule.rate, default=0.0
+            )
+            if wait > 0:
+                await asyncio.sleep(wait)
         result = await self._transact(destination, session, job)
         if result is None:  # a stale reused session: the job is queued again
             return None
@@ -286,10 +383,14 @@ class Engine:
             destination.in_flight.pop(job, None)
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
         if isinstance(session, _Counted) and isinstance(session.inner, SmtpSession):
-            job.detail.update(
-                host=session.inner.host, address=session.inner.peer, tls=session.inner.tls_info
-            )
+            smtp = session.inner
+            tls = smtp.tls_info
+            if tls is None and destination.site is not None:
+                tls = {"version": None, "cipher": None, "verified": False, "policy": "none"}
+            job.detail.update(host=smtp.host, address=smtp.peer, tls=tls)
         self._finish(job, result)
+        if destination.site is not None:
+            await self._site_feedback(destination, session, result)
         gone = session.closed or (
             isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession)
         )
@@ -303,7 +404,12 @@ class Engine:
         return result
 
     def _finish(self, job: Job, result: RecipientResult) -> None:
+        if job.finished:
+            return
+        job.finished = True
         try:
+            if job.mx is not None:
+                site_outcome(job.mx.site, result.outcome)
             job.done(job, result)
         finally:
             with self._changed:
@@ -323,6 +429,136 @@ class Engine:
 
     async def _close(self, session: Session) -> None:
         await session.close()
+        slot = getattr(session, "slot", None)
+        if slot is not None:
+            session.slot = None  # type: ignore[union-attr]
+            await self._state(sites.release_slot, slot)
+
+    # -- direct to MX ----------------------------------------------------------------------
+
+    async def _state(
+        self, function: Callable[..., Any], *args: Any, default: Any = None, **kwargs: Any
+    ) -> Any:
+        """Call a site-state function (a database transaction) off the loop; a database that
+        does not answer leaves the engine to its own limits (``default``)."""
+
+        def call() -> Any:
+            try:
+                database.connect(reuse_if_open=True)
+                return function(*args, **kwargs)
+            except UNAVAILABLE_ERRORS as error:
+                discard_connection()
+                log.warning("site state unavailable: %s", error_summary(error))
+                return default
+
+        return await self.loop.run_in_executor(self._site_state, call)
+
+    async def _open_mx(self, destination: Destination, job: Job) -> Session | None:
+        """A session to ``destination``'s site, if its shared state lets one start: a paused
+        or suspended site has its waiting mail held (a ``Delay`` once, with the reason), a site
+        at its limit across processes keeps it queued here for a moment."""
+        assert destination.site is not None and destination.rule is not None and job.mx
+        route = job.route.transport
+        assert isinstance(route, MxRoute)
+        site, ceiling = destination.site, destination.rule.connections * len(route.sources)
+        slot = await self._state(
+            sites.acquire_slot, site, self.owner, ceiling, self.lease_ms, default=""
+        )
+        if slot is None:
+            view = await self._state(sites.gate, site, ceiling)
+            destination.queue.appendleft(job)
+            if view is not None and not view.open:
+                self._hold_site(destination, view.until_ms, view.reason or view.state)
+            else:
+                destination.blocked_until = time.monotonic() + 0.2
+            return None
+        await self._make_room()
+        self.open_sessions += 1
+        tls = "required" if destination.rule.tls == "required" else "may"
+        context = verifying_context() if tls == "required" else None
+        try:
+            smtp = await open_session(route, job.mx, tls=tls, context=context)
+        except Refused as refused:
+            self.open_sessions -= 1
+            if slot:
+                await self._state(sites.release_slot, slot)
+            reply = refused.reply
+            if is_slow_down(reply):
+                await self._state(sites.slow_down, site, reply, ceiling, throttle=self.throttle)
+            else:
+                await self._state(
+                    sites.connect_failure, site, reply, ceiling, throttle=self.throttle
+                )
+            code = refused.code if 400 <= refused.code < 500 else 0
+            result = RecipientResult("", code, reply, DEFERRED)
+            failed = [job, *destination.queue]
+            destination.queue.clear()
+            for each in failed:
+                self._finish(each, replace(result, recipient=each.recipient.address))
+            return None
+        session = _Counted(smtp, self)
+        session.slot = slot or None
+        return session
+
+    async def _site_feedback(
+        self, destination: Destination, session: Session, result: RecipientResult
+    ) -> None:
+        """Tell the site's shared state what a transaction showed: a "slow down" halves its
+        limit and pauses it (this process's sessions to it stop, its waiting mail is held);
+        a delivery wins the limit back step by step (told at most once a second)."""
+        site = destination.site
+        assert site is not None and destination.rule is not None
+        ceiling = destination.rule.connections
+        if result.outcome == DEFERRED and is_slow_down(result.reply):
+            view = await self._state(
+                sites.slow_down, site, result.reply, ceiling, throttle=self.throttle
+            )
+            await self._close(session)
+            if view is not None and not view.open:
+                self._hold_site(destination, view.until_ms, view.reason or "slow down")
+            return
+        if result.outcome == DELIVERED:
+            now = time.monotonic()
+            if now - self._last_success.get(site, 0.0) >= 1.0:
+                self._last_success[site] = now
+                await self._state(sites.success, site, ceiling, throttle=self.throttle)
+
+    def _hold_site(self, destination: Destination, until_ms: int | None, reason: str) -> None:
+        """Stop sending to ``destination`` and hand its queued mail back to wait on the site
+        until ``until_ms``; sessions still open finish their transaction and close."""
+        destination.paused = True
+        jobs = list(destination.queue)
+        destination.queue.clear()
+        if jobs:
+            with self._changed:
+                self.pending -= len(jobs)
+                self._changed.notify_all()
+            if self.hold is not None:
+                assert destination.site is not None
+                self.hold(jobs, destination.site, until_ms, reason)
+            else:
+                self.hand_back(jobs)
+        self.loop.call_later(1.0, self._unpause, destination)
+
+    def _unpause(self, destination: Destination) -> None:
+        destination.paused = False
+        if destination.queue:
+            self._pump(destination)
+
+    async def _site_chores(self, now: float) -> None:
+        """Renew this process's session slots; remember which site each domain is on."""
+        if not any(d.site for d in self.destinations.values()):
+            return
+        if now >= self._next_slot_renewal:
+            self._next_slot_renewal = now + self.lease_ms / 4000
+            await self._state(sites.renew_slots, self.owner, self.lease_ms)
+            for destination in self.destinations.values():
+                route = destination.route.transport
+                if isinstance(route, MxRoute) and route.resolver is not None:
+                    learned = route.resolver.learned_sites()
+                    if learned:
+                        await self._state(remember_sites, learned)
+                    break
 
     def _give_back(self, destination: Destination) -> None:
         jobs = list(destination.queue)
@@ -347,7 +583,15 @@ class Engine:
         while True:
             await asyncio.sleep(0.5)
             now = time.monotonic()
+            await self._site_chores(now)
             for destination in list(self.destinations.values()):
+                if (
+                    destination.queue
+                    and destination.blocked_until
+                    and destination.blocked_until <= now
+                ):
+                    destination.blocked_until = 0.0
+                    self._pump(destination)
                 for session in list(destination.idle):
                     if now - session.last_used > IDLE_SECONDS:
                         destination.idle.remove(session)
@@ -371,6 +615,13 @@ class Engine:
             sessions, destination.idle = destination.idle, []
             for session in sessions:
                 await self._close(session)
+        for session in list(self.sessions):  # still in a transaction: cut off
+            inner = session.inner
+            if isinstance(inner, SmtpSession):
+                inner.abort()
+            _ = session.closed
+            if session.slot is not None:
+                await self._state(sites.release_slot, session.slot)
 
 
 class _Counted:
@@ -380,12 +631,15 @@ class _Counted:
         self.inner = inner
         self.engine = engine
         self._counted = True
+        self.slot: str | None = None
+        engine.sessions.add(self)
 
     @property
     def closed(self) -> bool:
         if self.inner.closed and self._counted:
             self._counted = False
             self.engine.open_sessions -= 1
+            self.engine.sessions.discard(self)
         return self.inner.closed
 
     @property

@@ -203,6 +203,58 @@ def record_suppressed(owner: str, stopped: Sequence[tuple[ClaimedRecipient, str]
     return updated
 
 
+def record_waiting(
+    owner: str,
+    recipients: Sequence[ClaimedRecipient],
+    site: str,
+    until_ms: int | None,
+    reason: str,
+) -> int:
+    """Hand ``recipients`` (where ``owner`` still holds them) back to the queue to wait on
+    ``site`` until ``until_ms`` (None: suspended until resumed; looked at again every
+    ``WAIT_RECHECK_MS``), without charging them an attempt. Those not already waiting on that
+    site become ``Delay`` with an event naming the reason: once per wait, however often the
+    site is found closed. Returns how many got that event."""
+    if not recipients:
+        return 0
+    now = now_ms()
+    until = max(until_ms or now + WAIT_RECHECK_MS, now)
+    ids = [r.id for r in recipients]
+    attempts = {r.id: r.attempts for r in recipients}
+    param = database.obj.param
+    marks = ", ".join([param] * len(ids))
+    with write_transaction():
+        cursor = database.execute_sql(
+            f'SELECT "id" FROM "recipient" WHERE "id" IN ({marks}) AND "lease_owner" = {param} '
+            f'AND ("waiting_on" IS NULL OR "waiting_on" <> {param})',
+            [*ids, owner, site],
+        )
+        fresh = [row[0] for row in cursor.fetchall()]
+        database.execute_sql(
+            f'UPDATE "recipient" SET "waiting_on" = {param}, "next_attempt_at" = {param}, '
+            f'"lease_owner" = NULL, "lease_expires_at" = NULL, "updated_at" = {param} '
+            f'WHERE "id" IN ({marks}) AND "lease_owner" = {param}',
+            [site, until, now, *ids, owner],
+        )
+        if fresh:
+            fresh_marks = ", ".join([param] * len(fresh))
+            database.execute_sql(
+                f'UPDATE "recipient" SET "status" = {param} WHERE "id" IN ({fresh_marks})',
+                [DELAY, *fresh],
+            )
+            detail = {"reply": reason, "code": 0, "site": site, "retryAt": iso_ms(until)}
+            append_events(
+                [
+                    (rid, DELAY, now, json.dumps({**detail, "attempt": attempts[rid]}))
+                    for rid in fresh
+                ]
+            )
+    return len(fresh)
+
+
+WAIT_RECHECK_MS = 300_000
+"""Mail waiting on a site suspended without an end is looked at again this often."""
+
 _KEEP_RAW_SQL = 'UPDATE "transmission" SET "raw" = ? WHERE "id" = ? AND "raw" IS NULL'
 
 
@@ -252,7 +304,7 @@ def _record_sql(param: str, postgresql: bool, rows: int) -> str:
     return (
         f'UPDATE "recipient" SET "updated_at" = {param}, "status" = {status}, '
         f'"attempts" = {attempts}, "next_attempt_at" = {following}, '
-        f'"lease_owner" = NULL, "lease_expires_at" = NULL FROM {values} '
+        f'"lease_owner" = NULL, "lease_expires_at" = NULL, "waiting_on" = NULL FROM {values} '
         f'WHERE "recipient"."id" = {rid} AND "recipient"."lease_owner" = {param} '
         'RETURNING "recipient"."id"'
     )

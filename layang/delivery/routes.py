@@ -50,8 +50,9 @@ class Transport(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """A way out: ``name`` (``smarthost``, ``capture``, ``simulator``), the ``destination`` it
-    reaches, and the transport that talks to it."""
+    """A way out: ``name`` (``smarthost``, ``capture``, ``simulator``, ``mx``), the
+    ``destination`` it reaches (``mx``: each recipient domain's site, found by the engine), and
+    the transport that talks to it."""
 
     name: str
     destination: str
@@ -69,6 +70,11 @@ class Router:
     def from_config(cls, config: Config, transport: Transport | None = None) -> Router:
         """The routes ``LAYANG_RELAY_URL`` sets (``transport``, if given, replaces its own)."""
         url = config.relay_url
+        if url.strip() == "mx:" and transport is None:
+            from layang.delivery.direct import MxRoute
+
+            # One destination per recipient domain's site, resolved by the engine.
+            return cls(Route("mx", "mx", MxRoute(config)))  # type: ignore[arg-type]
         name = "capture" if url.startswith("capture:") else "smarthost"
         if transport is None:
             transport = relay_from_url(url, helo_name=socket.gethostname())

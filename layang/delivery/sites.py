@@ -22,7 +22,7 @@ from typing import Any
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import is_postgresql, new_id, write_transaction
-from layang.models import OK, SUSPENDED, THROTTLED, SiteSlot, SiteState
+from layang.models import OK, SUSPENDED, THROTTLED, Recipient, SiteSlot, SiteState
 
 
 @dataclass(frozen=True)
@@ -241,6 +241,12 @@ def resume(site: str, *, now: int | None = None) -> SiteView:
             failures=0,
             updated_at=now,
         )
+        # Mail held for the site is due again at once.
+        Recipient.update(next_attempt_at=now).where(
+            (Recipient.waiting_on == site)
+            & (Recipient.next_attempt_at > now)
+            & Recipient.lease_owner.is_null()
+        ).execute()
         return _view(row, site, None, now)
 
 

@@ -93,8 +93,10 @@ class SmtpSession:
         server_hostname: str | None = None,
         credentials: tuple[str, str] | None = None,
         timeout: float = 60.0,
+        connect_timeout: float | None = None,
         source_address: str | None = None,
         pipelining: bool = True,
+        policy: str | None = None,
     ) -> None:
         """``tls`` is ``may`` (STARTTLS when offered), ``required`` or ``off``; ``context`` is
         used for TLS, with ``server_hostname`` (default ``host``) for SNI and name checks."""
@@ -108,6 +110,8 @@ class SmtpSession:
         self.server_hostname = server_hostname or host
         self.credentials = credentials
         self.timeout = timeout
+        self.connect_timeout = connect_timeout or timeout
+        self.policy = policy or ("required" if tls == "required" else "opportunistic")
         self.source_address = source_address
         self.pipelining = pipelining
         self.where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -148,7 +152,7 @@ class SmtpSession:
                     local_addr=(self.source_address, 0) if self.source_address else None,
                     limit=_MAX_LINE * 4,
                 ),
-                self.timeout,
+                self.connect_timeout,
             )
         except (TimeoutError, OSError, ssl.SSLError) as error:
             raise Refused("connect", 0, self._describe(error, connecting=True)) from None
@@ -235,6 +239,7 @@ class SmtpSession:
             "version": ssl_object.version(),
             "cipher": cipher[0] if cipher else None,
             "verified": verified,
+            "policy": self.policy,
         }
 
     @property
@@ -505,7 +510,9 @@ class SmtpSession:
         try:
             while True:
                 if self._writer is not None:
-                    await self._writer.drain()
+                    # A server that replied and closed: its reply may still be read.
+                    with contextlib.suppress(OSError, ssl.SSLError):
+                        await self._writer.drain()
                 raw = await asyncio.wait_for(self._reader.readline(), self.timeout)
                 if not raw:
                     raise _Lost(f"connection to {self.where} lost: Connection unexpectedly closed")
@@ -539,12 +546,17 @@ class SmtpSession:
                 pass
         self._abort()
 
+    def abort(self) -> None:
+        """Drop the connection at once, without QUIT."""
+        self._abort()
+
     def _abort(self) -> None:
         self.closed = True
         writer, self._writer = self._writer, None
         if writer is not None:
             with contextlib.suppress(Exception):  # a broken transport is already gone
                 writer.transport.abort()
+                writer.close()
 
     def _describe(self, error: BaseException, connecting: bool = False) -> str:
         if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
@@ -571,9 +583,9 @@ class _Done(list):  # type: ignore[type-arg]
 
 
 def _slow_down(text: str) -> bool:
-    from layang.delivery.results import is_slow_down
+    from layang.delivery.sites import is_slow_down
 
-    return is_slow_down(421, text)
+    return is_slow_down(f"421 {text}")
 
 
 def _b64(value: str) -> str:

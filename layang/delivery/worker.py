@@ -38,9 +38,11 @@ from layang.delivery.queue import (
     load_transmissions,
     record_attempts,
     record_suppressed,
+    record_waiting,
 )
 from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
+from layang.delivery.sites import Throttle
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import MailWakeup
 from layang.mail.message import OutgoingMessage
@@ -106,6 +108,10 @@ class Worker:
                 hand_back=self.books.hand_back,
                 stall_seconds=min(STALL_SECONDS, self.config.lease_seconds / 2),
                 lease_fresh=self.leases.fresh,
+                owner=self.owner,
+                hold=self.books.hold_for_site,
+                lease_seconds=self.config.lease_seconds,
+                throttle=Throttle.from_config(self.config),
             )
         return self._engine
 
@@ -361,6 +367,7 @@ class Bookkeeper:
         self.flush_wanted = False
         self.recording = 0  # recipients being recorded right now
         self.to_release: list[str] = []
+        self.to_hold: list[tuple[list[ClaimedRecipient], str, int | None, str]] = []
         self.leases = worker.leases
         self.thread: threading.Thread | None = None
         self.stopping = False
@@ -419,6 +426,17 @@ class Bookkeeper:
             self.to_release.extend(ids)
             self.lock.notify_all()
 
+    def hold_for_site(
+        self, jobs: Sequence[Job], site: str, until_ms: int | None, reason: str
+    ) -> None:
+        """Hand the emails of ``jobs`` back to wait on ``site`` (see ``record_waiting``), from
+        this thread."""
+        recipients = [job.recipient for job in jobs]
+        with self.lock:
+            self._ensure_thread()
+            self.to_hold.append((recipients, site, until_ms, reason))
+            self.lock.notify_all()
+
     def release_now(self, ids: list[str]) -> None:
         self.leases.drop(ids)
         if ids:
@@ -429,7 +447,9 @@ class Bookkeeper:
         with self.lock:
             self.flush_wanted = True
             self.lock.notify_all()
-            while (self.unrecorded or self.recording or self.to_release) and self.thread:
+            while (
+                self.unrecorded or self.recording or self.to_release or self.to_hold
+            ) and self.thread:
                 self.lock.wait(0.05)
             self.flush_wanted = False
 
@@ -441,7 +461,12 @@ class Bookkeeper:
         try:
             while True:
                 with self.lock:
-                    while not self._flush_due() and not self.stopping and not self.to_release:
+                    while (
+                        not self._flush_due()
+                        and not self.stopping
+                        and not self.to_release
+                        and not self.to_hold
+                    ):
                         if not self.unrecorded and not len(self.leases):
                             self.thread = None  # nothing to keep alive: end, see add/hold
                             return
@@ -453,13 +478,17 @@ class Bookkeeper:
                         batch, self.unrecorded = self.unrecorded, []
                         self.recording, self.unrecorded_count = self.unrecorded_count, 0
                     release, self.to_release = self.to_release, []
-                    if self.stopping and not batch and not release:
+                    holds, self.to_hold = self.to_hold, []
+                    if self.stopping and not batch and not release and not holds:
                         self.thread = None
                         return
                 if batch:
                     self.record(batch)
                 if release:
                     self._release(release)
+                for recipients, site, until_ms, reason in holds:
+                    self._hold(recipients, site, until_ms, reason)
+                if release or holds:
                     with self.lock:
                         self.lock.notify_all()
                 if time.monotonic() >= next_renewal:
@@ -523,6 +552,21 @@ class Bookkeeper:
         with self.lock:
             self.recording = 0
             self.lock.notify_all()
+
+    def _hold(
+        self, recipients: list[ClaimedRecipient], site: str, until_ms: int | None, reason: str
+    ) -> None:
+        self.leases.drop(r.id for r in recipients)
+        try:
+            database.connect(reuse_if_open=True)
+            delayed = record_waiting(self.worker.owner, recipients, site, until_ms, reason)
+        except UNAVAILABLE_ERRORS as error:
+            log.warning("could not hold %d emails: %s", len(recipients), error_summary(error))
+            discard_connection()
+            return
+        log.info(
+            "site %s waits (%s): %d emails held, %d delayed", site, reason, len(recipients), delayed
+        )
 
     def _release(self, ids: list[str]) -> None:
         try:

@@ -295,6 +295,10 @@ def check_postgresql(url: str) -> None:
 
 def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
     """The relay URL is well formed, its cafile loads, and a capture directory is writable."""
+    if url.startswith("mx:"):
+        if url.strip() != "mx:":
+            raise PreflightError(variable, "mx: takes nothing after the colon (direct to MX)")
+        return
     try:
         relay = relay_from_url(url)
     except RelayConfigError as error:

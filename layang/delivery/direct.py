@@ -1,0 +1,145 @@
+"""Direct to MX: the ``mx:`` route, and how the engine opens a session to a recipient's site.
+
+The route has no connection of its own. The engine resolves each recipient domain
+(:mod:`layang.delivery.mx`) to its site and MX hosts, queues the copy on the site, and opens
+sessions with :func:`open_session`: the hosts in the order RFC 5321 gives (equal preferences
+shuffled), each address of a host in turn, the next one after a refused connection, a timeout
+or a greeting that is not 220. Sessions leave from the configured source addresses in turn,
+each announcing its own EHLO name. The site's shared state (:mod:`layang.delivery.sites`)
+decides whether a session may start at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import socket
+import ssl
+from dataclasses import dataclass
+
+from layang.config import Config
+from layang.delivery.mx import Destination, MxHost, MxResolver
+from layang.delivery.shaping import Shaping
+from layang.delivery.smtp import Refused, SmtpSession
+
+CONNECT_TIMEOUT = 30.0
+REPLY_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Source:
+    """An address sessions leave from (None: the system's choice) and its EHLO name."""
+
+    address: str | None
+    ehlo_name: str
+
+
+class MxRoute:
+    """The transport of the ``mx:`` route: the shaping rules, the source addresses, the MX
+    port. Its sessions are opened by the engine (``open_session``), never by ``send``."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.shaping = Shaping.load(config.shaping_file or None)
+        self.port = config.mx_port
+        ehlo = config.ehlo_name or socket.getfqdn() or "localhost"
+        self.sources = tuple(
+            Source(address, name or ehlo) for address, name in config.source_addresses
+        ) or (Source(None, ehlo),)
+        self._turn = itertools.cycle(self.sources)
+        self.resolver: MxResolver | None = None  # made on the engine's loop
+
+    def __repr__(self) -> str:
+        return f"<MxRoute port={self.port} sources={len(self.sources)}>"
+
+    def resolver_for_loop(self) -> MxResolver:
+        if self.resolver is None:
+            self.resolver = MxResolver.from_config(self.config, self.shaping)
+        return self.resolver
+
+    def next_source(self) -> Source:
+        return next(self._turn)
+
+    def send(self, *args: object, **kwargs: object) -> object:
+        raise TypeError("the mx: route is driven by the delivery engine")
+
+    def close(self) -> None:
+        """Nothing to drop: the engine owns the sessions."""
+
+
+def opportunistic_context() -> ssl.SSLContext:
+    """STARTTLS whenever offered, any certificate (recorded as not verified)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def verifying_context(cafile: str | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if cafile:
+        context.load_verify_locations(cafile)
+    return context
+
+
+_OPPORTUNISTIC = opportunistic_context()
+
+
+async def open_session(
+    route: MxRoute,
+    destination: Destination,
+    *,
+    tls: str = "may",
+    context: ssl.SSLContext | None = None,
+    hosts: tuple[str, ...] | None = None,
+) -> SmtpSession:
+    """A session to the first MX host of ``destination`` that takes one; raises the last
+    :class:`Refused` when none does. ``hosts`` limits the MX names tried (a policy's)."""
+    last: Refused | None = None
+    for host in _in_order(destination.hosts):
+        if hosts is not None and host.name not in hosts:
+            continue
+        for address in host.addresses:
+            source = route.next_source()
+            session = SmtpSession(
+                host.name,
+                route.port,
+                address=address,
+                helo_name=source.ehlo_name,
+                tls=tls,
+                context=context or _OPPORTUNISTIC,
+                server_hostname=host.name,
+                timeout=REPLY_TIMEOUT,
+                connect_timeout=CONNECT_TIMEOUT,
+                source_address=_family_match(source.address, address),
+            )
+            try:
+                await session.open()
+            except Refused as refused:
+                last = refused
+                continue
+            return session
+    if last is None:
+        raise Refused("connect", 0, f"no MX host of {destination.domain} may be tried")
+    raise last
+
+
+def _in_order(hosts: tuple[MxHost, ...]) -> list[MxHost]:
+    """``hosts`` by preference, equal preferences shuffled afresh for each session, so that
+    every host of an equal group gets its share (RFC 5321 section 5.1)."""
+    groups: dict[int, list[MxHost]] = {}
+    for host in hosts:
+        groups.setdefault(host.preference, []).append(host)
+    ordered: list[MxHost] = []
+    for preference in sorted(groups):
+        group = groups[preference]
+        random.shuffle(group)
+        ordered.extend(group)
+    return ordered
+
+
+def _family_match(source: str | None, address: str) -> str | None:
+    """``source`` if it can reach ``address`` (same IP version), else the system's choice."""
+    if source is None:
+        return None
+    return source if (":" in source) == (":" in address) else None

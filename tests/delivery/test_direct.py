@@ -1,0 +1,239 @@
+"""Direct to MX, end to end: the worker resolves each recipient domain on a real DNS server and
+delivers to the MX hosts of a simulated internet (real SMTP servers on 127.0.0.x and ::1),
+counted at the servers."""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from layang.delivery import sites
+from layang.delivery.worker import Worker
+from layang.models import Event, Recipient
+
+URL = "/v1/layang/transmissions"
+
+
+def send_to(client, auth, addresses, subject="hello"):
+    for start in range(0, len(addresses), 50):
+        response = client.post(
+            URL,
+            headers=auth,
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": subject,
+                "to": [{"email": a} for a in addresses[start : start + 50]],
+                "bodyText": "hello",
+            },
+        )
+        assert response.status_code == 200, response.get_json()
+
+
+def status_of(address: str) -> str:
+    return Recipient.get(Recipient.address == address).status
+
+
+def last_event(address: str) -> tuple[str, dict]:
+    recipient = Recipient.get(Recipient.address == address)
+    event = (
+        Event.select()
+        .where(Event.recipient == recipient)
+        .order_by(Event.created_at.desc(), Event.id.desc())
+        .first()
+    )
+    return event.status, json.loads(event.detail or "{}")
+
+
+def wait_until(predicate, timeout=30, message="timed out"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message() if callable(message) else message)
+
+
+class Running:
+    """A worker delivering in a thread until ``stop``."""
+
+    def __init__(self, config, **changes):
+        self.worker = Worker(replace(config, **changes))
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,))
+        self.thread.start()
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(60)
+
+
+@pytest.fixture
+def mx_config(config, internet):
+    return internet.configure(replace(config, retry_base_seconds=30))
+
+
+def settled(addresses):
+    return Recipient.select().where(
+        Recipient.address.in_(addresses), Recipient.status.not_in(["Injection"])
+    ).count() == len(addresses)
+
+
+def test_every_behaviour_of_the_standard_zone(client, auth, mx_config, internet):
+    domains = internet.standard(slow_after=1000)
+    everyone = {kind: f"ana@{domain}" for kind, domain in domains.items()}
+    everyone.pop("hangs_after_data")
+    everyone.pop("slow_down")
+    everyone["pair_2"] = f"bo@{domains['equal_pair']}"
+    everyone["pair_3"] = f"cy@{domains['equal_pair']}"
+    everyone["pair_4"] = f"di@{domains['equal_pair']}"
+    send_to(client, auth, list(everyone.values()))
+    running = Running(mx_config)
+    try:
+        wait_until(lambda: settled(list(everyone.values())), 30, "not every recipient settled")
+        # The greylisted one is retried later; the rest are final or a Delay for SERVFAIL.
+    finally:
+        running.stop()
+    servers = internet.servers
+    delivered = collections.Counter(a for s in servers.values() for a in s.delivered_to())
+    for kind in ("normal", "shared", "refusing_primary", "implicit_mx", "ipv6"):
+        assert delivered[everyone[kind]] == 1, kind
+        assert status_of(everyone[kind]) == "Delivery", kind
+    assert servers["mx2.backup.example"].delivered_to() == [everyone["refusing_primary"]]
+    # Both hosts of an equal-preference pair get mail.
+    assert servers["mx-a.pair.example"].delivered_to()
+    assert servers["mx-b.pair.example"].delivered_to()
+    status, detail = last_event(everyone["null_mx"])
+    assert (status, detail["code"], detail["bounceClass"]) == ("Bounce", 556, "hard")
+    assert detail["reply"].startswith("556 5.1.10")
+    status, detail = last_event(everyone["nxdomain"])
+    assert (status, detail["code"], detail["bounceClass"]) == ("Bounce", 550, "hard")
+    assert detail["reply"].startswith("550 5.1.2")
+    status, detail = last_event(everyone["servfail"])
+    assert status == "Delay"  # never a fall-back to the A record
+    assert not any("servfail" in a for a in delivered)
+    # Google's built-in rule requires TLS, which this host does not offer: it waits.
+    status, detail = last_event(everyone["provider"])
+    assert status == "Delay" and "TLS is required" in detail["reply"]
+    assert not servers["gmail-smtp-in.l.google.com"].delivered_to()
+    status, detail = last_event(everyone["greylisting"])
+    assert status == "Delay" and detail["code"] == 451
+    # Delivery events say which host took the mail, at which address, and the TLS (none here).
+    status, detail = last_event(everyone["normal"])
+    assert detail["host"] == "mx.normal.example"
+    assert detail["address"] == servers["mx.normal.example"].host
+    assert detail["tls"]["policy"] == "none"
+    status, detail = last_event(everyone["ipv6"])
+    assert detail["address"] == "::1"
+    # normal.example and shared.example share one MX set: one site.
+    assert sites.gate("mx.normal.example").site == "mx.normal.example"
+
+
+def test_sessions_at_a_site_never_exceed_its_limit(client, auth, mx_config, internet, tmp_path):
+    shaping = tmp_path / "shaping.toml"
+    shaping.write_text('[site."busy.example"]\nconnections = 3\nmessages_per_connection = 5\n')
+    server = internet.server("mx.busy.example", latency=0.02)
+    for n in range(6):
+        internet.domain(f"d{n}.busy-customer.example", (10, "mx.busy.example"))
+    addresses = [f"r{i}@d{i % 6}.busy-customer.example" for i in range(120)]
+    send_to(client, auth, addresses)
+    running = Running(mx_config, shaping_file=str(shaping))
+    try:
+        wait_until(
+            lambda: len(server.delivered_to()) == 120, 60, lambda: f"{len(server.delivered_to())}"
+        )
+    finally:
+        running.stop()
+    assert server.peak_sessions <= 3
+    assert server.peak_sessions >= 2  # and it did use several
+    assert collections.Counter(server.delivered_to()) == collections.Counter(addresses)
+
+
+def test_slow_down_halves_the_sessions_then_they_recover(
+    client, auth, mx_config, internet, tmp_path
+):
+    shaping = tmp_path / "shaping.toml"
+    shaping.write_text(
+        '[site."throttle.example"]\nconnections = 8\nmessages_per_connection = 100\n'
+    )
+    server = internet.server("mx.throttle.example", latency=0.02, slow_down_after=5)
+    internet.domain("t.example", (10, "mx.throttle.example"))
+    addresses = [f"r{i}@t.example" for i in range(400)]
+    send_to(client, auth, addresses)
+    running = Running(
+        mx_config, shaping_file=str(shaping), throttle_start_seconds=0.5, throttle_max_seconds=1
+    )
+    limits: list[int] = []
+
+    def sample() -> bool:
+        view = sites.gate("throttle.example", 8)
+        limits.append(view.limit or 8)
+        return len(set(server.delivered_to())) == 400
+
+    try:
+        wait_until(lambda: server.slow_downs >= 1, 20, "no slow down seen")
+        server.slow_down_after = None  # the server is happy again
+        wait_until(sample, 60, lambda: f"delivered {len(set(server.delivered_to()))}")
+        wait_until(lambda: sample() and limits[-1] > min(limits), 20, lambda: f"{limits[-5:]}")
+    finally:
+        running.stop()
+    assert collections.Counter(server.delivered_to()) == collections.Counter(addresses)
+    # The limit was halved (at least once) and then won back step by step.
+    assert min(limits) <= 4, limits
+    assert limits[-1] > min(limits)
+    # The sessions open at once dropped after the 421s: never above the limit of the moment.
+    assert server.peak_sessions <= 8
+    # The waiting mail got one Delay naming the reason, and no attempt was charged for it.
+    held = [
+        (e.recipient_id, json.loads(e.detail))
+        for e in Event.select().where(Event.status == "Delay")
+        if json.loads(e.detail)["reply"].startswith("slow down")
+    ]
+    assert held
+    assert all(detail["site"] == "throttle.example" for _, detail in held)
+    assert len({rid for rid, _ in held}) == len(held) or server.slow_downs > 1
+
+
+def test_a_suspended_site_holds_its_mail_and_resume_releases_it(client, auth, mx_config, internet):
+    server = internet.server("mx.held.example")
+    internet.domain("held.example", (10, "mx.held.example"))
+    sites.suspend("mx.held.example", None, "operator: maintenance")
+    send_to(client, auth, ["a@held.example", "b@held.example"])
+    # The worker must learn the domain's site first: it resolves, finds the site closed.
+    running = Running(mx_config)
+    try:
+        wait_until(lambda: status_of("a@held.example") == "Delay", 20, "not held")
+        _status, detail = last_event("a@held.example")
+        assert "maintenance" in detail["reply"] and detail["site"] == "mx.held.example"
+        assert server.delivered_to() == []
+        assert Recipient.get(Recipient.address == "a@held.example").attempts == 0
+        sites.resume("mx.held.example")
+        wait_until(lambda: status_of("b@held.example") == "Delivery", 20, "not resumed")
+        wait_until(lambda: status_of("a@held.example") == "Delivery", 20, "not resumed")
+    finally:
+        running.stop()
+    delays = Event.select().where(Event.status == "Delay").count()
+    assert delays == 2  # one per recipient, however often the site was found closed
+
+
+def test_source_addresses_are_bound_with_their_ehlo_names(client, auth, mx_config, internet):
+    server = internet.server("mx.src.example")
+    internet.domain("src.example", (10, "mx.src.example"))
+    send_to(client, auth, [f"r{i}@src.example" for i in range(6)])
+    running = Running(
+        mx_config,
+        source_addresses=(("127.0.0.50", "mta1.sender.test"), ("127.0.0.51", "mta2.sender.test")),
+        worker_connections=1,
+    )
+    try:
+        wait_until(lambda: len(server.delivered_to()) == 6, 20, "not delivered")
+    finally:
+        running.stop()
+    peers = {peer for peer, _ in server.greeted}
+    names = {name for _, name in server.greeted}
+    assert peers <= {"127.0.0.50", "127.0.0.51"} and peers
+    assert names <= {"mta1.sender.test", "mta2.sender.test"} and names
