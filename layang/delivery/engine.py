@@ -47,6 +47,8 @@ log = logging.getLogger("layang.engine")
 
 IDLE_SECONDS = 30.0
 """A session unused for this long is closed."""
+MX_IDLE_SECONDS = 2.0
+"""A session to an MX site unused for this long is closed (as Postfix's connection cache)."""
 MAX_UNRECORDED = 100
 """At most this many recipients are sent (or being sent) but not yet recorded: what a worker
 killed at the worst moment sends again (contract: at most 100 recipients)."""
@@ -582,32 +584,36 @@ class Engine:
         """Close sessions idle too long; hand back what waits behind hung transactions."""
         while True:
             await asyncio.sleep(0.5)
-            now = time.monotonic()
-            await self._site_chores(now)
-            for destination in list(self.destinations.values()):
-                if (
-                    destination.queue
-                    and destination.blocked_until
-                    and destination.blocked_until <= now
-                ):
-                    destination.blocked_until = 0.0
-                    self._pump(destination)
-                for session in list(destination.idle):
-                    if now - session.last_used > IDLE_SECONDS:
-                        destination.idle.remove(session)
-                        await self._close(session)
-                if (
-                    destination.queue
-                    and destination.runners >= destination.limit
-                    and destination.in_flight
-                    and all(now - t > self.stall_seconds for t in destination.in_flight.values())
-                ):
-                    log.info(
-                        "destination %s is not answering: handing back %d emails",
-                        destination.key,
-                        len(destination.queue),
-                    )
-                    self._give_back(destination)
+            try:
+                await self._tick_once()
+            except Exception:
+                log.exception("engine housekeeping failed")
+
+    async def _tick_once(self) -> None:
+        now = time.monotonic()
+        await self._site_chores(now)
+        for destination in list(self.destinations.values()):
+            if destination.queue and destination.blocked_until and destination.blocked_until <= now:
+                destination.blocked_until = 0.0
+                self._pump(destination)
+            # A session to a site holds one of the site's shared slots: let it go sooner.
+            idle_limit = IDLE_SECONDS if destination.site is None else MX_IDLE_SECONDS
+            for session in list(destination.idle):
+                if now - session.last_used > idle_limit:
+                    destination.idle.remove(session)
+                    await self._close(session)
+            if (
+                destination.queue
+                and destination.runners >= destination.limit
+                and destination.in_flight
+                and all(now - t > self.stall_seconds for t in destination.in_flight.values())
+            ):
+                log.info(
+                    "destination %s is not answering: handing back %d emails",
+                    destination.key,
+                    len(destination.queue),
+                )
+                self._give_back(destination)
 
     async def _close_all(self) -> None:
         self._ticking.cancel()

@@ -268,7 +268,8 @@ def _cached(
 def remember_sites(entries: Iterable[tuple[str, str, int]]) -> int:
     """Record each ``(domain, site, expires_at)`` in ``mx_domain`` (replacing what was
     there), so that queue views can group waiting mail by site; returns how many."""
-    rows = [{"domain": d, "site": s, "expires_at": e} for d, s, e in entries]
+    # In one order everywhere, so that two processes' upserts never deadlock.
+    rows = [{"domain": d, "site": s, "expires_at": e} for d, s, e in sorted(entries)]
     if not rows:
         return 0
     with write_transaction(durable=False):

@@ -183,12 +183,16 @@ class Worker:
         claimed. With ``wait``, returns once every outcome is recorded (or given up on)."""
         database.connect(reuse_if_open=True)
         if self.abandoned:
-            # Outcomes still on their way to the database must not be handed to another worker.
-            self.books.wait_recorded()
-            released = RECIPIENTS.release(self.owner, list(self.leases.held() - self.books.busy()))
+            # What waits in the engine goes back to the queue; what is in flight or waiting to
+            # be recorded stays held, or another worker would send it again.
             self.abandoned = False
-            if released:
-                log.info("released %d emails of a broken-off batch", released)
+            if self._engine is not None:
+                queued = self._engine.take_queued()
+                ids = [job.recipient.id for job in queued]
+                self.leases.drop(ids)
+                released = RECIPIENTS.release(self.owner, ids) if ids else 0
+                if released:
+                    log.info("released %d emails of a broken-off round", released)
         size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
         claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
         if not claimed:
