@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import MX, QTYPE, RCODE, RR, TXT, DNSError, DNSRecord
+from dnslib import AAAA, MX, QTYPE, RCODE, RR, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -37,6 +37,11 @@ class Zone(BaseResolver):
 
     def add_mx(self, name: str, preference: int, host: str) -> None:
         self.records.setdefault((_name(name), "MX"), []).append(MX(host, preference))
+
+    def add_address(self, name: str, address: str) -> None:
+        """An A record, or AAAA for an IPv6 address."""
+        rtype, rdata = ("AAAA", AAAA(address)) if ":" in address else ("A", A(address))
+        self.records.setdefault((_name(name), rtype), []).append(rdata)
 
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):
