@@ -331,6 +331,19 @@ def _webhooks(t: Dialect) -> list[str]:
     ]
 
 
+def _console_sessions(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "console_session" (
+            "id" VARCHAR(64) NOT NULL PRIMARY KEY,
+            "key_id" VARCHAR(32) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "expires_at" {t.bigint} NOT NULL,
+            FOREIGN KEY ("key_id") REFERENCES "api_key" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "console_session_key_id" ON "console_session" ("key_id")',
+        'CREATE INDEX "console_session_expires_at" ON "console_session" ("expires_at")',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -340,6 +353,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "unrecognised inbound mail", _inbound_messages),
     Migration(7, "suppression list", _suppressions),
     Migration(8, "webhooks", _webhooks),
+    Migration(11, "console sessions", _console_sessions),
 )
 
 
