@@ -148,7 +148,10 @@ class OwnServer:
 
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = bin_dir
-        self.directory = Path(tempfile.mkdtemp(prefix="layang-pg-"))
+        # As root the server runs as postgres, who must reach the directory: not under a
+        # private $TMPDIR.
+        parent = "/tmp" if os.geteuid() == 0 else None
+        self.directory = Path(tempfile.mkdtemp(prefix="layang-pg-", dir=parent))
         self.data = self.directory / "data"
         self.log = self.directory / "server.log"
         self.port = _free_port()
