@@ -89,6 +89,7 @@ DELIVERY = (
     "bounce_domain",  # the mailto: of List-Unsubscribe
     "webhook_retry_schedule",
     "webhook_allow_private",
+    "dns_resolver",  # where webhook hosts are resolved
 )
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
