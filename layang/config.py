@@ -386,7 +386,7 @@ def stored_secret_key(data_dir: Path) -> str:
     """
     path = data_dir / "secret_key"
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(f"secret_key.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -154,9 +154,9 @@ def open_database(url: str) -> peewee.Database:
     (``postgres://`` too; libpq parameters such as ``sslmode`` go in the query string).
     """
     if url.startswith("sqlite:"):
-        path = url.split(":///", 1)[-1]
+        path = url.split(":///", 1)[-1].split("?", 1)[0]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _create_owner_only(Path(path))
         params = parse_url(url)
         db: peewee.Database = SqliteDatabase(
             params.pop("database"), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **params
@@ -173,6 +173,14 @@ def open_database(url: str) -> peewee.Database:
         raise ValueError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
     database.initialize(db)
     return db
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create the SQLite file (and its directory) readable by their owner only, unless they
+    exist; SQLite gives its journal files the database file's permissions."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def is_postgresql() -> bool:

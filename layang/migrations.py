@@ -369,6 +369,19 @@ def _direct_to_mx(t: Dialect) -> list[str]:
     ]
 
 
+def _console_sessions(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "console_session" (
+            "id" VARCHAR(64) NOT NULL PRIMARY KEY,
+            "key_id" VARCHAR(32) NOT NULL,
+            "created_at" {t.bigint} NOT NULL,
+            "expires_at" {t.bigint} NOT NULL,
+            FOREIGN KEY ("key_id") REFERENCES "api_key" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "console_session_key_id" ON "console_session" ("key_id")',
+        'CREATE INDEX "console_session_expires_at" ON "console_session" ("expires_at")',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -379,6 +392,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "suppression list", _suppressions),
     Migration(8, "webhooks", _webhooks),
     Migration(10, "direct to MX: recipient domains, MX sites, site throttles", _direct_to_mx),
+    Migration(11, "console sessions", _console_sessions),
 )
 
 

@@ -462,3 +462,16 @@ class SiteSlot(BaseModel):
 
 
 MODELS.extend([MxDomain, SiteState, SiteSlot])
+
+
+class ConsoleSession(BaseModel):
+    """A signed-in console session, so that signing out ends it on the server: the cookie
+    holds a random token, this table its SHA-256 (``id``); no row, no session."""
+
+    id = peewee.CharField(primary_key=True, max_length=64)
+    key = peewee.ForeignKeyField(ApiKey, on_delete="CASCADE")
+    created_at = peewee.BigIntegerField()
+    expires_at = peewee.BigIntegerField(index=True)
+
+
+MODELS.append(ConsoleSession)

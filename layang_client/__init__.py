@@ -1023,10 +1023,18 @@ def verify_webhook(
     """Check a webhook request (Standard Webhooks) and return its parsed body.
 
     ``payload`` is the raw request body, exactly as received; ``headers`` its headers (any
-    case); ``secret`` the endpoint's ``whsec_…`` secret. Raises :class:`LayangError`
+    case); ``secret`` the endpoint's ``whsec_…`` secret (``ValueError`` when it is empty or
+    not one). Raises :class:`LayangError`
     (``error="invalid_signature"``) when a header is missing, the timestamp is more than five
     minutes from ``now`` (default: the clock) or no signature matches.
     """
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        raise ValueError("secret must be the endpoint's whsec_… secret") from None
+    if not key:
+        # An empty key signs what anyone can sign: refuse it rather than accept forgeries.
+        raise ValueError("secret is empty: pass the endpoint's whsec_… secret")
     body = payload.encode() if isinstance(payload, str) else bytes(payload)
     lowered = {name.lower(): value for name, value in headers.items()}
     webhook_id = lowered.get("webhook-id")
@@ -1040,10 +1048,6 @@ def verify_webhook(
         raise _invalid("webhook-timestamp is not a number") from None
     if abs((time.time() if now is None else now) - sent_at) > WEBHOOK_TOLERANCE_SECONDS:
         raise _invalid("webhook-timestamp is more than 5 minutes away: stale or replayed")
-    try:
-        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-    except ValueError:
-        raise ValueError("secret must be the endpoint's whsec_… secret") from None
     signed = f"{webhook_id}.{sent_at}.".encode() + body
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     for candidate in signatures.split(" "):

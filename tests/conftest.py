@@ -23,7 +23,13 @@ from tests.browser import browser, live_server  # noqa: F401 - fixtures
 from tests.dns_server import dns_zone  # noqa: F401 - fixture
 from tests.internet import internet  # noqa: F401 - fixture
 from tests.netns import two_hosts  # noqa: F401 - fixture
-from tests.postgres.server import cluster, postgres_database, postgres_url  # noqa: F401 - fixtures
+from tests.postgres.server import (  # noqa: F401 - fixtures
+    own_postgres,
+    own_postgres_server,
+    own_postgres_url,
+    postgres_database,
+    postgres_url,
+)
 from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
 from tests.webhook_receiver import receiver  # noqa: F401 - fixture
 

@@ -65,6 +65,11 @@ class Zone(BaseResolver):
         """Make ``name`` exist with no records of any type asked (NOERROR, no data)."""
         self.records.setdefault((_name(name), "NONE"), [])
 
+    def add_address(self, name: str, address: str) -> None:
+        """An A record, or AAAA for an IPv6 address."""
+        rtype, rdata = ("AAAA", AAAA(address)) if ":" in address else ("A", A(address))
+        self.records.setdefault((_name(name), rtype), []).append(rdata)
+
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):
             if key[0] == _name(name) and rtype in (None, key[1]):

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from layang.config import Config, ConfigError
+from layang.db import database
+from layang.domain import accounts
+from layang.serving.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -201,3 +204,20 @@ def test_rate_limits_read_per_second_minute_or_hour(raw, count, seconds):
 def test_a_malformed_rate_limit_names_the_variable(raw):
     with pytest.raises(ConfigError, match="LAYANG_RATE_LIMIT"):
         Config.from_env({"LAYANG_RATE_LIMIT": raw, "LAYANG_SECRET_KEY": "k"}, dotenv=False)
+
+
+def test_the_data_directory_and_the_database_are_readable_by_their_owner_only(empty_dir):
+    data_dir = empty_dir / "data"
+    config = Config.from_env({"LAYANG_DATA_DIR": str(data_dir)}, dotenv=False)
+    previous = os.umask(0o022)  # the usual umask, under which files come out world-readable
+    try:
+        create_app(config)
+        accounts.create_account("acme", live=True)  # a write, so the WAL exists too
+    finally:
+        os.umask(previous)
+    try:
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        for name in ("layang.db", "layang.db-wal", "secret_key"):
+            assert stat.S_IMODE((data_dir / name).stat().st_mode) == 0o600, name
+    finally:
+        database.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socketserver
 import ssl
 import threading
 import time
@@ -125,3 +127,64 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver()
     yield server
     server.stop()
+
+
+class SlowLoris:
+    """An HTTP server that reads each request, then answers one byte every ``interval``
+    seconds, never finishing: the slowest an endpoint can be without timing out a read. Counts
+    the requests open at once per path."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.open: dict[str, int] = {}
+        self.most_open: dict[str, int] = {}
+        self.received = 0
+        self.closing = threading.Event()
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    def _handler(self) -> type[socketserver.BaseRequestHandler]:
+        loris = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                request_line = self.rfile.readline().decode("latin-1")
+                length = 0
+                while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                self.rfile.read(length)
+                path = request_line.split(" ")[1] if " " in request_line else "?"
+                with loris.lock:
+                    loris.received += 1
+                    loris.open[path] = loris.open.get(path, 0) + 1
+                    loris.most_open[path] = max(loris.most_open.get(path, 0), loris.open[path])
+                try:
+                    for byte in loris.ANSWER[:-1]:
+                        # Wait one interval, or until the client hangs up.
+                        readable, _, _ = select.select([self.connection], [], [], loris.interval)
+                        if loris.closing.is_set() or (readable and not self.connection.recv(1)):
+                            return
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                except OSError:
+                    pass  # the client gave up: that is the point
+                finally:
+                    with loris.lock:
+                        loris.open[path] -= 1
+
+        return Handler
+
+    def stop(self) -> None:
+        self.closing.set()
+        self.server.shutdown()
+        self.server.server_close()

@@ -37,7 +37,8 @@ def claim_or_replay() -> flask.Response | None:
     idempotency.check_key(key)
     path = request.path + (f"?{request.query_string.decode()}" if request.query_string else "")
     fingerprint = idempotency.fingerprint(request.method, path, request.get_data(cache=True))
-    outcome = idempotency.begin(g.account, key, fingerprint)
+    secret_key = current_app.config["LAYANG"].secret_key
+    outcome = idempotency.begin(g.account, key, fingerprint, secret_key)
     if isinstance(outcome, Replay):
         response = current_app.response_class(
             outcome.body, status=outcome.status, mimetype="application/json"
@@ -73,7 +74,12 @@ def answered_with_work(view: Callable[..., Any]) -> Callable[..., Any]:
         with write_transaction():
             response = current_app.make_response(view(*args, **kwargs))
             if 200 <= response.status_code < 300:
-                idempotency.record(claim, response.status_code, response.get_data(as_text=True))
+                idempotency.record(
+                    claim,
+                    response.status_code,
+                    response.get_data(as_text=True),
+                    current_app.config["LAYANG"].secret_key,
+                )
         return response
 
     return run

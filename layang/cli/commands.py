@@ -93,7 +93,7 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
     "mx_port",
-    "dns_resolver",
+    "dns_resolver",  # MX look-ups, and where webhook hosts are resolved
     "source_addresses",
     "ehlo_name",
     "throttle_start_seconds",

@@ -1,12 +1,13 @@
 """What the worker clears away besides sending: idempotency keys past their 24 hours, rate
-limit windows that have closed, and webhook deliveries (with their attempts and events) settled
-more than ``WEBHOOK_RETENTION_DAYS`` ago. A few indexed DELETEs every few minutes, never per
-message."""
+limit windows that have closed, console sessions past their 12 hours, and webhook deliveries
+(with their attempts and events) settled more than ``WEBHOOK_RETENTION_DAYS`` ago. A few
+indexed DELETEs every few minutes, never per message."""
 
 from __future__ import annotations
 
 from layang.clock import now_ms
 from layang.db import id_floor, write_transaction
+from layang.domain import console_sessions
 from layang.models import (
     WEBHOOK_PENDING,
     IdempotencyAnswer,
@@ -32,6 +33,7 @@ def delete_expired(now: int | None = None) -> int:
         deleted += IdempotencyKey.delete().where(IdempotencyKey.expires_at <= now).execute()
         deleted += RateWindow.delete().where(RateWindow.ends_at <= now).execute()
     deleted += delete_old_webhook_deliveries(now)
+    deleted += console_sessions.delete_expired(now)
     return deleted
 
 

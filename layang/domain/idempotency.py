@@ -18,11 +18,14 @@ and sends nothing. A process that dies between claim and commit leaves a claim w
 after ``CLAIM_TIMEOUT_MS`` (longer than a request may run) a repeat takes it over.
 
 Keys and answers expire after ``KEY_LIFETIME_MS``; the worker deletes them
-(``layang.domain.housekeeping``).
+(``layang.domain.housekeeping``). An answer recorded by ``record`` (any request but a send) may
+carry a secret (a webhook's signing secret), so it is stored sealed (``layang.sealing``), bound
+to its account and key, and opened again to be replayed.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -34,6 +37,7 @@ from layang.clock import now_ms
 from layang.db import InsertBatch, insert_rows, write_relaxed, write_transaction
 from layang.domain.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidInput
 from layang.models import Account, IdempotencyAnswer, IdempotencyKey
+from layang.sealing import seal, unseal
 
 KEY_LIFETIME_MS = 24 * 3600 * 1000
 # gunicorn kills a request after 60 s (``layang.serving.processes``); a claim older than that has no
@@ -48,6 +52,8 @@ _CLAIM_SQL = (
     'ON CONFLICT ("account_id", "key") DO NOTHING'
 )
 _ANSWER_FIELDS = ("account", "key", "fingerprint", "status", "body", "expires_at")
+# How a sealed answer's body starts (a JSON body never does).
+_SEALED = "sealed:"
 
 
 def check_key(key: str) -> str:
@@ -96,9 +102,11 @@ class Claim:
         return [(IdempotencyAnswer, _ANSWER_FIELDS, [row])]
 
 
-def begin(account: Account, key: str, request_fingerprint: str) -> Claim | Replay:
+def begin(
+    account: Account, key: str, request_fingerprint: str, secret_key: str = ""
+) -> Claim | Replay:
     """Claim ``key`` for a request with ``request_fingerprint``, or return the answer already
-    recorded for it.
+    recorded for it (opened with ``secret_key`` when ``record`` sealed it).
 
     Raises ``IdempotencyInFlight`` while another request holds the key, and
     ``IdempotencyKeyReused`` when the key was used with a different fingerprint.
@@ -114,7 +122,7 @@ def begin(account: Account, key: str, request_fingerprint: str) -> Claim | Repla
         if answer is not None and answer.expires_at > now:
             if answer.fingerprint != request_fingerprint:
                 raise IdempotencyKeyReused()
-            return Replay(answer.status, answer.body)
+            return Replay(answer.status, _opened(answer, secret_key))
         held = IdempotencyKey.get_or_none(
             (IdempotencyKey.account == account.id) & (IdempotencyKey.key == key)
         )
@@ -152,18 +160,35 @@ def _answer(account_id: int, key: str) -> IdempotencyAnswer | None:
     )
 
 
-def recorded_answer(claim: Claim) -> Replay | None:
+def recorded_answer(claim: Claim, secret_key: str = "") -> Replay | None:
     """The answer recorded for ``claim``'s key by whichever request committed it, if any."""
     answer = _answer(claim.account_id, claim.key)
     if answer is None or answer.fingerprint != claim.fingerprint:
         return None
-    return Replay(answer.status, answer.body)
+    return Replay(answer.status, _opened(answer, secret_key))
 
 
-def record(claim: Claim, status: int, body: str) -> None:
-    """Insert ``claim``'s answer inside the caller's open transaction."""
-    for model, fields, rows in claim.answer_rows(status, body):
+def record(claim: Claim, status: int, body: str, secret_key: str) -> None:
+    """Insert ``claim``'s answer inside the caller's open transaction, sealed with
+    ``secret_key``."""
+    sealed = seal(body.encode(), secret_key, _answer_context(claim.account_id, claim.key))
+    stored = _SEALED + base64.b64encode(sealed).decode()
+    for model, fields, rows in claim.answer_rows(status, stored):
         insert_rows(model, fields, rows)
+
+
+def _answer_context(account_id: int, key: str) -> str:
+    return f"idempotency:{account_id}:{key}"
+
+
+def _opened(answer: IdempotencyAnswer, secret_key: str) -> str:
+    """A recorded answer's body as first given. Raises ``KeyUnavailable`` when a sealed one
+    does not open."""
+    if not answer.body.startswith(_SEALED):
+        return answer.body
+    sealed = base64.b64decode(answer.body.removeprefix(_SEALED))
+    account_id = answer.account_id
+    return unseal(sealed, secret_key, _answer_context(account_id, answer.key)).decode()
 
 
 def release(claim: Claim) -> None:

@@ -41,6 +41,24 @@ class LeasedTable:
         )
         return rows
 
+    def claim_chosen(
+        self, owner: str, ids: Sequence[str], lease_seconds: float
+    ) -> list[tuple[Any, ...]]:
+        """Lease to ``owner`` those of ``ids`` (chosen by the caller) still due and free;
+        returns their ``returning`` columns."""
+        if not ids:
+            return []
+        now = now_ms()
+        marks = ", ".join(["?"] * len(ids))
+        columns = ", ".join(f'"{column}"' for column in self.returning)
+        rows, _ = write_relaxed(
+            f'UPDATE "{self.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
+            f'WHERE "id" IN ({marks}) AND "next_attempt_at" <= ? '
+            f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?) RETURNING {columns}',
+            [owner, now + int(lease_seconds * 1000), *ids, now, now],
+        )
+        return rows
+
     def renew(self, owner: str, ids: Sequence[str], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s lease on those of ``ids`` it still holds; returns them."""
         if not ids:

@@ -19,7 +19,7 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 
 import templates_store
 from layang.clock import iso_ms
-from layang.domain import message_view, records, sandbox, sending_domains
+from layang.domain import console_sessions, message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
 from layang.mail.message import (
@@ -41,15 +41,10 @@ READING_FORMS = frozenset({"web.console_logout", "web.console_template"})
 
 
 def _key_for_session() -> ApiKey | None:
-    key_id = session.get("key_id")
-    if not key_id:
+    token = session.get("sid")
+    if not token:
         return None
-    return (
-        ApiKey.select(ApiKey, Account)
-        .join(Account)
-        .where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null() & (ApiKey.scope != SEND))
-        .first()
-    )
+    return console_sessions.session_key(token)
 
 
 def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,7 +107,7 @@ def login() -> Any:
             error = "That API key may only send mail; sign in with a full or read key."
         else:
             session.clear()
-            session["key_id"] = credential.key_id
+            session["sid"] = console_sessions.open_session(credential.key_id)
             session["csrf"] = secrets.token_urlsafe(32)
             session.permanent = True
             return redirect(_safe_next(request.args.get("next")))
@@ -121,6 +116,7 @@ def login() -> Any:
 
 @signed_in
 def logout(account: Account) -> Any:
+    console_sessions.end_session(session.get("sid", ""))
     session.clear()
     flash("You are signed out.")
     return redirect(url_for("web.console_login"))

@@ -1,14 +1,18 @@
 """The webhook dispatcher: runs in a thread of every worker process, beside the mail sender.
 
-Each round it puts waiting events into deliveries, claims due deliveries under a lease and POSTs
-them from a small pool of threads, so that one slow endpoint does not hold up the others; the
-leases of the requests in flight are renewed every quarter lease until their outcome is
-recorded. A dispatcher that dies stops renewing, and another takes its deliveries over when the
-lease runs out: no event is lost, and an event may arrive twice only across such a crash.
+Each round it puts waiting events into deliveries, claims due deliveries under a lease (fairly
+across accounts and endpoints, at most two requests in flight to one endpoint: see
+``outbox.claim_deliveries``) and POSTs them as coroutines on an event loop of its own, each
+within one overall deadline, so that a slow endpoint costs a coroutine, not a slot another
+account's events need. The database is used from the dispatcher's thread only. The leases of
+the requests in flight are renewed every quarter lease until their outcome is recorded. A
+dispatcher that dies stops renewing, and another takes its deliveries over when the lease runs
+out: no event is lost, and an event may arrive twice only across such a crash.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -16,7 +20,7 @@ import socket
 import ssl
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import httpx
 
@@ -30,12 +34,18 @@ from layang.queueing.retry import RetryPolicy
 from layang.sealing import KeyUnavailable
 from layang.webhooks import outbox as webhook_outbox
 from layang.webhooks.outbox import ClaimedDelivery, Outcome
-from layang.webhooks.wire import TIMEOUT_SECONDS, post, signed_headers, signing_secrets
+from layang.webhooks.wire import (
+    TIMEOUT_SECONDS,
+    Resolver,
+    post,
+    signed_headers,
+    signing_secrets,
+)
 
 log = logging.getLogger("layang.webhooks")
 
-# Requests in flight at once per dispatcher.
-CONCURRENCY = 8
+# Requests in flight at once per dispatcher (coroutines: a waiting request costs little).
+CONCURRENCY = 64
 # A round that found less than a full delivery's worth of events waits this long before the
 # next, so that under steady traffic events gather into fuller requests instead of each round
 # taking the write lock from the mail sender for a handful.
@@ -54,8 +64,9 @@ class Dispatcher:
         concurrency: int = CONCURRENCY,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
-        """``timeout`` bounds each request's connect, write and each read; ``verify`` is how
-        endpoints' certificates are checked (httpx's default: the certifi CA bundle)."""
+        """``timeout`` bounds each request as a whole (resolving, connecting, sending and
+        reading); ``verify`` is how endpoints' certificates are checked (httpx's default: the
+        certifi CA bundle)."""
         self.config = config
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}:wh"
         self.timeout = timeout
@@ -65,8 +76,13 @@ class Dispatcher:
         self.poll = config.worker_poll_seconds
         self.policy = RetryPolicy.scheduled(config.webhook_retry_schedule)
         self.leases = LeaseKeeper(webhook_outbox.DELIVERIES, self.owner, self.lease)
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="webhook-post")
-        self.local = threading.local()
+        self.resolver = Resolver(config.dns_resolvers)
+        self.loop = asyncio.new_event_loop()
+        self.client: httpx.AsyncClient | None = None
+        self.loop_thread = threading.Thread(
+            target=self.loop.run_forever, name="webhook-post", daemon=True
+        )
+        self.loop_thread.start()
         self.in_flight: dict[Future[Outcome], ClaimedDelivery] = {}
         self.formed = 0
         self.claimed_all = False
@@ -99,8 +115,20 @@ class Dispatcher:
         except UNAVAILABLE_ERRORS as error:
             log.warning("could not record the last webhook attempts: %s", error_summary(error))
         finally:
-            self.pool.shutdown(wait=True)
+            self.stop_loop()
             discard_connection()
+
+    def stop_loop(self) -> None:
+        """Close the HTTP client and end the event loop's thread (once)."""
+        if self.loop.is_closed():
+            return
+        if self.loop_thread.is_alive():
+            if self.client is not None:
+                closing = asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop)
+                closing.result(timeout=self.timeout)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop_thread.join()
+        self.loop.close()
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """One round: form, claim up to the free slots, collect what finished; returns whether
@@ -139,23 +167,29 @@ class Dispatcher:
                 future: Future[Outcome] = Future()
                 future.set_result(Outcome(delivery, False, None, f"secret unavailable: {error}"))
             else:
-                future = self.pool.submit(self.attempt, delivery, endpoint.url, signing)
+                future = asyncio.run_coroutine_threadsafe(
+                    self.attempt(delivery, endpoint.url, signing), self.loop
+                )
             self.in_flight[future] = delivery
 
-    def attempt(self, delivery: ClaimedDelivery, url: str, signing: list[str]) -> Outcome:
-        """One POST of ``delivery`` (in a pool thread; touches no database)."""
-        client = getattr(self.local, "client", None)
-        if client is None:
-            client = self.local.client = httpx.Client(timeout=self.timeout, verify=self.verify)
+    async def attempt(self, delivery: ClaimedDelivery, url: str, signing: list[str]) -> Outcome:
+        """One POST of ``delivery`` (on the event loop; touches no database)."""
+        if self.client is None:
+            self.client = httpx.AsyncClient(
+                timeout=self.timeout,
+                verify=self.verify,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+            )
         body = delivery.body.encode()
         headers = signed_headers(signing, f"msg_{delivery.id}", int(time.time()), body)
         try:
-            result = post(
-                client,
+            result = await post(
+                self.client,
                 url,
                 headers,
                 body,
                 allow_private=self.config.webhook_allow_private,
+                resolver=self.resolver,
                 timeout=self.timeout,
             )
         except Exception as error:  # a bug must not leave the delivery held until the lease ends

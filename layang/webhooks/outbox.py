@@ -190,6 +190,18 @@ class ClaimedDelivery:
     attempts: int
 
 
+# At most this many requests in flight to one endpoint, across every dispatcher.
+ENDPOINT_IN_FLIGHT = 2
+# At most this many requests in flight for one account's endpoints, across every dispatcher:
+# an account with many slow endpoints leaves room for the others.
+ACCOUNT_IN_FLIGHT = 16
+# Candidates a claim looks at: the oldest due deliveries of each endpoint, up to this many.
+CANDIDATES = 1000
+# Claims are serialised across processes on PostgreSQL (SQLite's write lock does it there), so
+# that two dispatchers never start a third request to one endpoint between them.
+_CLAIM_LOCK = 7413
+
+
 def has_due_deliveries() -> bool:
     """Whether a delivery is due and free (one index probe and a few rows)."""
     now = now_ms()
@@ -203,16 +215,89 @@ def has_due_deliveries() -> bool:
     return cursor.fetchone() is not None
 
 
-DELIVERIES = LeasedTable(
-    "webhook_delivery",
-    returning=("id", "endpoint_id", "body", "attempts"),
-    eligible='"endpoint_id" IN (SELECT "id" FROM "webhook_endpoint" WHERE "disabled_at" IS NULL)',
-)
+DELIVERIES = LeasedTable("webhook_delivery", returning=("id", "endpoint_id", "body", "attempts"))
+
+_CANDIDATES_SQL = f"""
+SELECT "id", "endpoint_id", "account_id" FROM (
+    SELECT d."id", d."endpoint_id", w."account_id", d."next_attempt_at",
+        ROW_NUMBER() OVER (PARTITION BY d."endpoint_id" ORDER BY d."next_attempt_at") AS "n"
+    FROM "webhook_delivery" d JOIN "webhook_endpoint" w ON w."id" = d."endpoint_id"
+    WHERE d."next_attempt_at" <= ? AND (d."lease_expires_at" IS NULL OR d."lease_expires_at" < ?)
+    AND w."disabled_at" IS NULL
+) due WHERE "n" <= {ENDPOINT_IN_FLIGHT} ORDER BY "next_attempt_at" LIMIT {CANDIDATES}
+"""
+
+_IN_FLIGHT_SQL = """
+SELECT d."endpoint_id", w."account_id", COUNT(*) FROM "webhook_delivery" d
+JOIN "webhook_endpoint" w ON w."id" = d."endpoint_id"
+WHERE d."next_attempt_at" IS NOT NULL AND d."lease_expires_at" >= ?
+GROUP BY d."endpoint_id", w."account_id"
+"""
 
 
 def claim_deliveries(owner: str, limit: int, lease_seconds: float) -> list[ClaimedDelivery]:
-    """Lease up to ``limit`` due deliveries of enabled endpoints to ``owner``."""
-    return [ClaimedDelivery(*row) for row in DELIVERIES.claim(owner, limit, lease_seconds)]
+    """Lease up to ``limit`` due deliveries of enabled endpoints to ``owner``, fairly: taken in
+    turn from each account (oldest first) and each of its endpoints, never more than
+    ``ENDPOINT_IN_FLIGHT`` requests in flight to an endpoint nor ``ACCOUNT_IN_FLIGHT`` for an
+    account, counting every dispatcher's. The choice is made once without a lock, so that a
+    dispatcher with nothing it may take never takes the write lock, then again under it."""
+    if limit <= 0 or not _fair_choice(limit):
+        return []
+    with write_transaction(durable=False):
+        if is_postgresql():
+            database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+        chosen = _fair_choice(limit)
+        rows = DELIVERIES.claim_chosen(owner, chosen, lease_seconds)
+    return [ClaimedDelivery(*row) for row in rows]
+
+
+def _fair_choice(limit: int) -> list[str]:
+    now = now_ms()
+    candidates = database.execute_sql(_sql(_CANDIDATES_SQL), (now, now)).fetchall()
+    if not candidates:
+        return []
+    by_endpoint: dict[str, int] = {}
+    by_account: dict[int, int] = {}
+    for endpoint_id, account_id, count in database.execute_sql(
+        _sql(_IN_FLIGHT_SQL), (now,)
+    ).fetchall():
+        by_endpoint[endpoint_id] = count
+        by_account[account_id] = by_account.get(account_id, 0) + count
+    # Each account's due deliveries, its endpoints taking turns; accounts in order of their
+    # oldest, then one delivery from each account per pass.
+    queues: dict[int, dict[str, list[str]]] = {}
+    for delivery_id, endpoint_id, account_id in candidates:
+        queues.setdefault(account_id, {}).setdefault(endpoint_id, []).append(delivery_id)
+    turns = {account: _interleave(endpoints) for account, endpoints in queues.items()}
+    chosen: list[str] = []
+    while turns and len(chosen) < limit:
+        for account in list(turns):
+            taken = False
+            while turns[account] and not taken:
+                endpoint_id, delivery_id = turns[account].pop(0)
+                if by_account.get(account, 0) >= ACCOUNT_IN_FLIGHT:
+                    turns[account].clear()
+                elif by_endpoint.get(endpoint_id, 0) < ENDPOINT_IN_FLIGHT:
+                    by_endpoint[endpoint_id] = by_endpoint.get(endpoint_id, 0) + 1
+                    by_account[account] = by_account.get(account, 0) + 1
+                    chosen.append(delivery_id)
+                    taken = True
+            if not turns[account]:
+                del turns[account]
+            if len(chosen) == limit:
+                break
+    return chosen
+
+
+def _interleave(endpoints: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(endpoint, delivery) pairs taking one delivery of each endpoint in turn."""
+    rounds = max(len(ids) for ids in endpoints.values())
+    return [
+        (endpoint_id, ids[n])
+        for n in range(rounds)
+        for endpoint_id, ids in endpoints.items()
+        if n < len(ids)
+    ]
 
 
 _RECORD_SQL = (

@@ -13,16 +13,22 @@ the connection.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.resolver
 import httpx
 
 from layang.models import WebhookEndpoint
@@ -35,11 +41,28 @@ RESPONSE_BYTES_KEPT = 4096
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Cloud metadata services: never a destination, not even with private addresses allowed.
+# Cloud metadata services: never a destination, not even with private addresses allowed, nor is
+# any IPv4 link-local address (where such services live). IPv6 forms carrying an IPv4 address
+# (mapped, NAT64, 6to4) are judged by that address.
 METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+    ipaddress.ip_address(address)
+    for address in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "fd00:ec2::254",
+        "100.100.100.200",
+        "168.63.129.16",
+    )
 )
+_LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+# What a delivery error says of a refused address: never the address itself, which an account
+# could use to map internal names.
+REFUSED_ADDRESS = "a private address"
+# A host whose last label is a number is read as an IPv4 address by URL parsers (WHATWG) and
+# resolvers alike, in forms such as 2130706433, 0x7f.1, 127.1 or 0177.0.0.1.
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 
 
 def new_secret() -> str:
@@ -88,14 +111,26 @@ def signed_headers(
 # -- where a request may go ---------------------------------------------------------------------
 
 
+def embedded_ipv4(address: IpAddress) -> IpAddress:
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64, 6to4), else itself."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _NAT64):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
 def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
     """Why a request may not go to ``address``, or None when it may."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    address = embedded_ipv4(address)
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if allow_private:
-        return None
+        return "a link-local address" if address in _LINK_LOCAL_V4 else None
     for refused, name in (
         (address.is_loopback, "a loopback address"),
         (address.is_unspecified, "an unspecified address"),
@@ -113,7 +148,8 @@ def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
 
 def url_problem(url: str, allow_private: bool) -> str | None:
     """Why ``url`` cannot be a webhook endpoint as written (scheme, host, an address named
-    literally), or None. Names are checked when resolved, at each delivery."""
+    literally or in a numeric IPv4 form), or None. Names are checked when resolved, at each
+    delivery."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -132,6 +168,11 @@ def url_problem(url: str, allow_private: bool) -> str | None:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
+        if _NUMERIC_LABEL.match(host.rstrip(".").rpartition(".")[2]):
+            return (
+                f"{host} is a numeric form of an IPv4 address; write an address as four "
+                "decimal numbers (such as 192.0.2.10) or use a host name."
+            )
         if not allow_private and (host == "localhost" or host.endswith(".localhost")):
             return f"{host} is a loopback name; use a public address."
         return None
@@ -144,21 +185,60 @@ class Refused(Exception):
     not resolve)."""
 
 
-def resolve(host: str, port: int, allow_private: bool) -> IpAddress:
+class Resolver:
+    """Resolves endpoints' host names: at ``servers`` (``LAYANG_DNS_RESOLVER``) when given,
+    else with the system's resolver."""
+
+    def __init__(self, servers: Sequence[tuple[str, int]] = (), timeout: float = 5.0) -> None:
+        self.dns: dns.asyncresolver.Resolver | None = None
+        if servers:
+            self.dns = dns.asyncresolver.Resolver(configure=False)
+            self.dns.nameservers = [dns.nameserver.Do53Nameserver(h, p) for h, p in servers]
+            self.dns.lifetime = timeout
+            self.dns.timeout = timeout
+            self.dns.cache = None  # every delivery checks what the name points at now
+
+    async def addresses(self, host: str, port: int) -> list[IpAddress]:
+        """Every address ``host`` resolves to, in order. Raises ``Refused``."""
+        try:
+            return [ipaddress.ip_address(host)]
+        except ValueError:
+            pass
+        if self.dns is None:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM
+                )
+            except (OSError, UnicodeError) as error:
+                raise Refused(f"could not resolve {host}: {error}") from None
+            found = [ipaddress.ip_address(info[4][0]) for info in infos]
+        else:
+            answers = await asyncio.gather(
+                *(self._query(host, rdtype) for rdtype in ("A", "AAAA"))
+            )
+            found = [address for answer in answers for address in answer]
+        return list(dict.fromkeys(found))
+
+    async def _query(self, host: str, rdtype: str) -> list[IpAddress]:
+        assert self.dns is not None
+        try:
+            answer = await self.dns.resolve(host, rdtype, raise_on_no_answer=False, search=False)
+        except dns.resolver.NXDOMAIN:
+            raise Refused(f"could not resolve {host}: no such name") from None
+        except dns.exception.DNSException as error:
+            raise Refused(f"could not resolve {host}: {error}") from None
+        return [ipaddress.ip_address(record.to_text()) for record in answer.rrset or ()]
+
+
+async def resolve(host: str, port: int, allow_private: bool, resolver: Resolver) -> IpAddress:
     """The address to connect to for ``host``: every address it resolves to must be allowed
     (one refused address refuses the host: a name serving both is not trusted). Raises
-    ``Refused``."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as error:
-        raise Refused(f"could not resolve {host}: {error}") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+    ``Refused``, whose text never names a refused address."""
+    addresses = await resolver.addresses(host, port)
     if not addresses:
         raise Refused(f"{host} has no address")
-    for address in addresses:
-        refusal = address_refusal(address, allow_private)
-        if refusal:
-            raise Refused(f"{host} resolves to {address}, {refusal}")
+    if any(address_refusal(address, allow_private) for address in addresses):
+        raise Refused(f"{host} resolves to {REFUSED_ADDRESS}")
     return addresses[0]
 
 
@@ -178,25 +258,43 @@ class PostResult:
         return self.status is not None and 200 <= self.status < 300
 
 
-def post(
-    client: httpx.Client,
+async def post(
+    client: httpx.AsyncClient,
     url: str,
     headers: dict[str, str],
     body: bytes,
     *,
     allow_private: bool,
+    resolver: Resolver,
     timeout: float = TIMEOUT_SECONDS,
 ) -> PostResult:
     """POST ``body`` to ``url``, connecting to the address checked by ``resolve`` (never
-    following a redirect) and reading at most ``RESPONSE_BYTES_KEPT`` of the answer."""
+    following a redirect) and reading at most ``RESPONSE_BYTES_KEPT`` of the answer, all of it
+    (resolving, connecting, sending, reading) within ``timeout``."""
     problem = url_problem(url, allow_private)
     if problem:
         return PostResult(None, problem)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _post(client, url, headers, body, allow_private, resolver, timeout)
+    except TimeoutError:
+        return PostResult(None, f"timed out after {timeout:g} s")
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    allow_private: bool,
+    resolver: Resolver,
+    timeout: float,
+) -> PostResult:
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        address = resolve(host, port, allow_private)
+        address = await resolve(host, port, allow_private, resolver)
     except Refused as error:
         return PostResult(None, f"refused: {error}")
     literal = f"[{address}]" if address.version == 6 else str(address)
@@ -213,23 +311,29 @@ def post(
         extensions={"sni_hostname": host},
     )
     try:
-        response = client.send(request, stream=True, follow_redirects=False)
+        response = await client.send(request, stream=True, follow_redirects=False)
     except httpx.TimeoutException:
         return PostResult(None, f"timed out after {timeout:g} s")
     except httpx.HTTPError as error:
-        return PostResult(None, f"{type(error).__name__}: {error}"[:RESPONSE_BYTES_KEPT])
+        return PostResult(None, _without_address(f"{type(error).__name__}: {error}", address))
     try:
         kept = b""
         try:
-            for chunk in response.iter_raw():
+            async for chunk in response.aiter_raw():
                 kept += chunk
                 if len(kept) >= RESPONSE_BYTES_KEPT:
                     break
         except httpx.HTTPError:
             pass  # the status is what counts; the body is only kept as a hint
     finally:
-        response.close()
+        await response.aclose()
     if 200 <= response.status_code < 300:
         return PostResult(response.status_code, None)
     text = kept[:RESPONSE_BYTES_KEPT].decode("utf-8", "replace")
     return PostResult(response.status_code, text or f"HTTP {response.status_code}")
+
+
+def _without_address(error: str, address: IpAddress) -> str:
+    """A connection error's text, kept short, with the address connected to left out (the
+    URL names the host; the address it resolved to is not the account's to learn)."""
+    return error.replace(str(address), "the endpoint")[:RESPONSE_BYTES_KEPT]

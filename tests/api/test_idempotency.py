@@ -193,3 +193,26 @@ def test_concurrent_duplicates_in_threads_store_one_message(app, auth):
         if status == 409:
             assert body["error"] == "idempotency_in_flight"
     assert sum(1 for status, _ in answers if status == 200) >= 1
+
+
+def test_a_replayable_webhook_answer_keeps_its_secret_sealed(client, auth, config):
+    headers = keyed(auth, "hook-1")
+    body = {"url": "https://hooks.example.com/in", "events": ["*"]}
+    made = client.post("/v1/layang/webhooks", json=body, headers=headers)
+    assert made.status_code == 201
+    secret = made.json["secret"]
+    (stored,) = IdempotencyAnswer.select()
+    assert secret not in stored.body
+    assert secret.removeprefix("whsec_") not in stored.body
+    assert "hooks.example.com" not in stored.body  # the whole answer is sealed
+
+    again = client.post("/v1/layang/webhooks", json=body, headers=headers)
+    assert again.status_code == 201
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json == made.json
+
+    rotated = client.post(
+        f"/v1/layang/webhooks/{made.json['id']}/rotate-secret", headers=keyed(auth, "rotate-1")
+    )
+    stored = IdempotencyAnswer.get(IdempotencyAnswer.key == "rotate-1")
+    assert rotated.json["secret"] not in stored.body

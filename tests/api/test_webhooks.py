@@ -130,6 +130,14 @@ def test_another_accounts_endpoint_is_404(client, auth, app):
         ("https://240.0.0.1/", "reserved"),
         ("https://[::ffff:127.0.0.1]/", "loopback"),
         ("https:///nohost", "no host"),
+        ("https://2130706433/h", "numeric form of an IPv4 address"),
+        ("https://0x7f.1/h", "numeric form of an IPv4 address"),
+        ("https://0x7f000001/h", "numeric form of an IPv4 address"),
+        ("https://127.1/h", "numeric form of an IPv4 address"),
+        ("https://0177.0.0.1/h", "numeric form of an IPv4 address"),
+        ("https://017700000001:8443/h", "numeric form of an IPv4 address"),
+        ("https://[64:ff9b::a9fe:a9fe]/", "metadata"),
+        ("https://[64:ff9b::7f00:1]/", "loopback"),
     ],
 )
 def test_urls_that_are_not_https_or_name_a_refused_address_are_400(client, auth, url, says):
@@ -176,3 +184,27 @@ def test_private_addresses_and_http_are_allowed_when_configured(app, client, aut
     assert made.status_code == 201
     metadata = create(client, auth, url="http://169.254.169.254/")
     assert metadata.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/",
+        "http://169.254.170.2/v2/credentials",
+        "http://100.100.100.200/latest/meta-data",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://2852039166/",
+        "http://169.254.1.1/",
+    ],
+)
+def test_metadata_addresses_are_refused_even_when_private_ones_are_allowed(
+    app, client, auth, url
+):
+    app.config["LAYANG"] = type(app.config["LAYANG"])(
+        **{**vars(app.config["LAYANG"]), "webhook_allow_private": True}
+    )
+    refused = create(client, auth, url=url)
+    assert refused.status_code == 400, refused.json
+    assert list(refused.json["errors"]) == ["url"]

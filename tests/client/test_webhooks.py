@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -104,3 +107,17 @@ def test_verify_webhook_refuses_tampered_stale_or_foreign_requests(tamper):
     with pytest.raises(LayangError) as refused:
         verify_webhook(bad_body, bad_headers, SECRET)
     assert refused.value.error == "invalid_signature"
+
+
+@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_="])
+def test_verify_webhook_refuses_an_empty_secret(secret):
+    body = b'{"type": "layang.events", "events": []}'
+    # What anyone can compute: the HMAC under an empty key.
+    forged = signed(body)
+    key_less = base64.b64encode(
+        hmac.new(b"", f"msg_1.{forged['Webhook-Timestamp']}.".encode() + body, hashlib.sha256)
+        .digest()
+    ).decode()
+    forged["Webhook-Signature"] = f"v1,{key_less}"
+    with pytest.raises(ValueError, match="secret"):
+        verify_webhook(body, forged, secret)

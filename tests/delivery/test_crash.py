@@ -96,6 +96,19 @@ def wait_until(predicate, timeout, message):
     raise AssertionError(message)
 
 
+def wait_while_running(predicate, process, log_path, message, ceiling=300):
+    """Wait until ``predicate()`` holds, for as long as ``process`` runs: on a loaded machine a
+    process starts and works slowly, but it does not stop. Fails at once, with the process's
+    log, if it exits; ``ceiling`` only keeps a hung process from holding the test forever."""
+    deadline = time.monotonic() + ceiling
+    while not predicate():
+        if process.poll() is not None:
+            raise AssertionError(f"{message}: the process exited\n{log_path.read_text()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} after {ceiling} s\n{log_path.read_text()}")
+        time.sleep(0.05)
+
+
 def all_delivered():
     return Recipient.select().where(Recipient.status != "Delivery").count() == 0
 
@@ -110,9 +123,12 @@ def test_worker_killed_while_relaying_loses_nothing(client, auth, config, upstre
         config, LAYANG_RELAY_URL=upstream.url, LAYANG_LEASE_SECONDS=2, LAYANG_WORKER_BATCH_SIZE=10
     )
     upstream.stall()
-    first = start(["worker"], env, tmp_path / "worker1.log")
+    first_log = tmp_path / "worker1.log"
+    first = start(["worker"], env, first_log)
     try:
-        assert upstream.wait_stalled(15), (tmp_path / "worker1.log").read_text()
+        wait_while_running(
+            lambda: upstream.wait_stalled(0.05), first, first_log, "the worker relayed nothing"
+        )
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     finally:
@@ -120,9 +136,12 @@ def test_worker_killed_while_relaying_loses_nothing(client, auth, config, upstre
     upstream.release()
     assert Recipient.select().where(Recipient.status == "Delivery").count() == 0
 
-    second = start(["worker"], env, tmp_path / "worker2.log")
+    second_log = tmp_path / "worker2.log"
+    second = start(["worker"], env, second_log)
     try:
-        wait_until(all_delivered, 30, "the second worker did not deliver everything")
+        wait_while_running(
+            all_delivered, second, second_log, "the second worker did not deliver everything"
+        )
     finally:
         stop(second)
     got = subjects(upstream)

@@ -1,5 +1,6 @@
-"""A real PostgreSQL for the tests: a throwaway database per session, clean tables per test, and
-control over the server itself (stop, start) for the outage tests.
+"""A real PostgreSQL for the tests: a throwaway database per session, clean tables per test; and,
+for the outage tests that stop a server or end its sessions, a throwaway server of their own
+(``own_postgres``), never the one at ``LAYANG_TEST_POSTGRES_URL``.
 
 The server is reached at ``LAYANG_TEST_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``), whose database is only used to create and
@@ -10,11 +11,15 @@ drop ``layang_test_<random>``. Without a reachable server these tests skip and s
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import shutil
+import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -86,10 +91,9 @@ def postgres_database() -> Iterator[str]:
         query(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def postgres_url(postgres_database: str) -> str:
-    """The session database with every table emptied (the schema stays)."""
-    conn = connect(postgres_database)
+def empty_tables(url: str) -> str:
+    """Empty every table of ``url``'s database (the schema stays); returns ``url``."""
+    conn = connect(url)
     try:
         with conn.cursor() as cursor:
             cursor.execute("SET lock_timeout = '10s'")
@@ -103,7 +107,13 @@ def postgres_url(postgres_database: str) -> str:
                 cursor.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
     finally:
         conn.close()
-    return postgres_database
+    return url
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """The session database with every table emptied (the schema stays)."""
+    return empty_tables(postgres_database)
 
 
 def reset_schema(url: str) -> None:
@@ -111,59 +121,138 @@ def reset_schema(url: str) -> None:
     query(url, "DROP SCHEMA public CASCADE; CREATE SCHEMA public")
 
 
-class Cluster:
-    """The Debian cluster serving the test database, driven with ``pg_ctlcluster``."""
+def _postgres_bin_dir() -> Path | None:
+    """Where PostgreSQL's server programs are (Debian keeps them off the PATH)."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
+        key=lambda path: int(path.parts[-3]) if path.parts[-3].isdigit() else 0,
+    )
+    return versions[-1].parent if versions else None
 
-    def __init__(self, version: str, name: str) -> None:
-        self.version = version
-        self.name = name
 
-    def ctl(self, action: str) -> None:
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action],
-            check=True,
-            capture_output=True,
-            timeout=60,
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class OwnServer:
+    """A PostgreSQL server of the tests' own: initdb into a temporary directory, its own port
+    on 127.0.0.1 and its own socket directory, run as an unprivileged user (``postgres`` when
+    the tests run as root, as PostgreSQL refuses root). Only this server is ever stopped."""
+
+    USER = "layang_test"
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        # As root the server runs as postgres, who must reach the directory: not under a
+        # private $TMPDIR.
+        parent = "/tmp" if os.geteuid() == 0 else None
+        self.directory = Path(tempfile.mkdtemp(prefix="layang-pg-", dir=parent))
+        self.data = self.directory / "data"
+        self.log = self.directory / "server.log"
+        self.port = _free_port()
+        self.password = secrets.token_hex(16)
+        self.run_as: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
+            self.run_as = ["runuser", "-u", "postgres", "--"]
+        password_file = self.directory / "password"
+        password_file.write_text(self.password + "\n")
+        if self.run_as:
+            os.chown(password_file, owner.pw_uid, owner.pw_gid)
+        self._run(
+            "initdb",
+            f"--pgdata={self.data}",
+            f"--username={self.USER}",
+            f"--pwfile={password_file}",
+            "--auth=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
         )
+        password_file.unlink()
+        self.url = f"postgresql://{self.USER}:{self.password}@127.0.0.1:{self.port}/postgres"
 
-    def stop(self) -> None:
-        """Fast shutdown: sessions are ended, as on a restart or failover."""
-        self.ctl("stop")
+    def _run(self, program: str, *args: str, check: bool = True) -> None:
+        subprocess.run(
+            [*self.run_as, str(self.bin_dir / program), *args],
+            check=check,
+            capture_output=True,
+            timeout=120,
+        )
 
     def start(self) -> None:
         """Start (if it is not running) and wait until it accepts connections."""
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, "start"],
-            capture_output=True,
-            timeout=60,
+        options = (
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c full_page_writes=off -c max_connections=200"
         )
-        deadline = time.monotonic() + 30
+        command = ["-D", str(self.data), "-l", str(self.log), "-o", options, "start"]
+        self._run("pg_ctl", *command, check=False)
+        deadline = time.monotonic() + 60
         while True:
             try:
-                connect().close()
+                connect(self.url).close()
                 return
             except Exception:
                 if time.monotonic() > deadline:
-                    raise
+                    raise AssertionError(f"the test's PostgreSQL did not start: {self.log_text()}")
                 time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Fast shutdown: sessions are ended, as on a restart or failover."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text()
+        except OSError:
+            return "(no log)"
+
+
+@pytest.fixture(scope="session")
+def own_postgres_server() -> Iterator[OwnServer]:
+    """A throwaway PostgreSQL server for this test session, for the tests that stop it or end
+    its sessions; removed at the end."""
+    bin_dir = _postgres_bin_dir()
+    if bin_dir is None or not (bin_dir / "initdb").exists():
+        unavailable("PostgreSQL's initdb and pg_ctl are not installed (the postgresql package)")
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        unavailable("psycopg2 is not installed: pip install -e '.[test]'")
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        unavailable("running PostgreSQL as root's tests needs runuser (util-linux)")
+    server = OwnServer(bin_dir)
+    try:
+        server.start()
+        query(server.url, 'CREATE DATABASE "layang"')
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture
-def cluster(postgres_database: str) -> Iterator[Cluster]:
-    """The cluster behind the test database, started again at the end whatever happened."""
-    if shutil.which("pg_ctlcluster") is None or shutil.which("pg_lsclusters") is None:
-        unavailable("pg_ctlcluster is not installed (Debian's postgresql-common)")
-    if os.geteuid() != 0:
-        unavailable("stopping and starting PostgreSQL needs root")
-    port = str(urlsplit(ADMIN_URL).port or 5432)
-    listing = subprocess.run(
-        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
-    ).stdout
-    found = [line.split() for line in listing.splitlines() if line.split()[2:3] == [port]]
-    if not found:
-        unavailable(f"no local cluster listens on port {port}: {listing!r}")
-    server = Cluster(found[0][0], found[0][1])
+def own_postgres(own_postgres_server: OwnServer) -> Iterator[OwnServer]:
+    """The throwaway server, running, with the tables of its ``layang`` database emptied; it is
+    started again after the test whatever happened."""
+    empty_tables(with_database(own_postgres_server.url, "layang"))
     try:
-        yield server
+        yield own_postgres_server
     finally:
-        server.start()
+        own_postgres_server.start()
+
+
+@pytest.fixture
+def own_postgres_url(own_postgres: OwnServer) -> str:
+    """The URL of the throwaway server's database, tables emptied."""
+    return with_database(own_postgres.url, "layang")

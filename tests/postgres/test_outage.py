@@ -1,4 +1,7 @@
-"""In-process behaviour when the PostgreSQL connection breaks or the server cannot be reached."""
+"""In-process behaviour when the PostgreSQL connection breaks or the server cannot be reached.
+
+Sessions are ended on the tests' own throwaway server (``own_postgres``), never on a server
+others use."""
 
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ UNAVAILABLE = {
     "message": "The database is unavailable; try again shortly.",
     "status": 503,
 }
+
+
+@pytest.fixture
+def postgres_url(own_postgres_url: str) -> str:
+    return own_postgres_url
 
 
 OTHER_SESSIONS = (

@@ -188,3 +188,20 @@ def test_the_root_leads_to_the_console(client):
     response = client.get("/")
     assert response.status_code == 302
     assert response.headers["Location"] == "/console"
+
+
+def test_signing_out_ends_the_session_on_the_server(app, client, account, api_key):
+    response, _ = _login(client, api_key)
+    assert response.status_code == 302
+    copied = client.get_cookie("layang_session").value
+    assert client.get("/console/activity").status_code == 200
+    page = client.get("/console/activity").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    signed_out = client.post("/console/logout", data={"csrf_token": token})
+    assert signed_out.status_code == 302
+
+    # Someone who kept a copy of the cookie is not signed in with it any more.
+    replayed = app.test_client()
+    replayed.set_cookie("layang_session", copied)
+    again = replayed.get("/console/activity")
+    assert again.status_code == 302 and "/console/login" in again.headers["Location"]

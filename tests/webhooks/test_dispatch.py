@@ -273,7 +273,9 @@ def test_a_name_resolving_to_a_private_address_is_refused_at_delivery(
     dispatch_until(dispatcher, lambda: domain_attempts(hook.id))
     (attempt,) = domain_attempts(hook.id)
     assert attempt.status == "pending"
-    assert "resolves to 127.0.0.1, a loopback address" in attempt.error
+    # The account learns that the name is refused, never the internal address it points at.
+    assert "hooks.example.test resolves to a private address" in attempt.error
+    assert "127.0.0.1" not in attempt.error
     assert receiver.requests == []
 
 
@@ -353,3 +355,42 @@ def test_https_connects_to_the_checked_address_and_verifies_the_host_name(
         assert asked.count("hooks.example.test") == 1  # resolved once, by the check
     finally:
         secure.stop()
+
+
+def test_names_are_resolved_at_the_configured_dns_resolver_and_rebinding_is_refused(
+    client, auth, config, dns_zone, receiver: Receiver, dispatchers, account: Account
+):
+    # hooks.rebind.test exists only in this zone: the system resolver does not know it.
+    dns_zone.add_address("hooks.rebind.test", "127.0.0.1")
+    hook = domain.create_endpoint(
+        account, f"http://hooks.rebind.test:{receiver.port}/hooks", ["*"], "", config
+    )
+    dispatcher = dispatchers(dns_resolver=dns_zone.address)
+    client.post(f"/v1/layang/webhooks/{hook.id}/test", headers=auth)
+    dispatch_until(dispatcher, lambda: recorded_delivered(hook.id) == 1)
+    assert receiver.delivered()[0].headers["host"] == f"hooks.rebind.test:{receiver.port}"
+    assert ("hooks.rebind.test", "A") in dns_zone.queries
+
+    # The name is re-pointed at the metadata service (NAT64 form), refused even here.
+    dns_zone.remove("hooks.rebind.test")
+    dns_zone.add_address("hooks.rebind.test", "64:ff9b::a9fe:a9fe")
+    client.post(f"/v1/layang/webhooks/{hook.id}/test", headers=auth)
+    dispatch_until(dispatcher, lambda: len(domain_attempts(hook.id)) == 2)
+    refused = domain_attempts(hook.id)[0]
+    assert refused.status == "pending"
+    assert refused.error == "refused: hooks.rebind.test resolves to a private address"
+    assert len(receiver.requests) == 1
+
+
+def test_a_rebound_name_is_refused_in_production_mode_without_naming_the_address(
+    client, auth, config, dns_zone, receiver: Receiver, dispatchers, account: Account
+):
+    dns_zone.add_address("hooks.rebind.test", "10.20.30.40")
+    strict = replace(config, webhook_allow_private=False)
+    hook = domain.create_endpoint(account, "https://hooks.rebind.test/hooks", ["*"], "", strict)
+    client.post(f"/v1/layang/webhooks/{hook.id}/test", headers=auth)
+    dispatcher = dispatchers(webhook_allow_private=False, dns_resolver=dns_zone.address)
+    dispatch_until(dispatcher, lambda: domain_attempts(hook.id))
+    (attempt,) = domain_attempts(hook.id)
+    assert attempt.error == "refused: hooks.rebind.test resolves to a private address"
+    assert "10.20.30.40" not in attempt.error
