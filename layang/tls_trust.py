@@ -1,0 +1,50 @@
+"""Whom Layang trusts when it speaks TLS as a client: the system's CAs, plus the private ones
+of ``LAYANG_TLS_CAFILE``.
+
+Every client session uses these: the smarthost relay, MX hosts, MTA-STS policy fetches and
+webhooks (``httpx.Client(verify=client_ssl_context(config.tls_cafile))``).
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+
+
+def client_ssl_context(cafile: str | None = None, *, verify: bool = True) -> ssl.SSLContext:
+    """A client context trusting the system CAs and those in ``cafile`` (PEM), checking the
+    server's name; ``verify=False`` encrypts without checking anything (opportunistic TLS).
+
+    Raises ``OSError`` or ``ssl.SSLError`` when ``cafile`` cannot be loaded.
+    """
+    context = ssl.create_default_context()
+    if cafile:
+        context.load_verify_locations(cafile=cafile)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@functools.lru_cache(maxsize=8)
+def trusted_roots(cafile: str | None = None) -> tuple[x509.Certificate, ...]:
+    """The CA certificates ``client_ssl_context`` trusts, parsed: what a certificate chain
+    seen without verification (opportunistic sessions) is checked against afterwards."""
+    pems: list[bytes] = []
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, paths.openssl_cafile):
+        if candidate and Path(candidate).is_file():
+            pems.append(Path(candidate).read_bytes())
+            break
+    if cafile:
+        pems.append(Path(cafile).read_bytes())
+    roots: list[x509.Certificate] = []
+    for pem in pems:
+        try:
+            roots.extend(x509.load_pem_x509_certificates(pem))
+        except ValueError:
+            continue
+    return tuple(roots)
