@@ -8,7 +8,9 @@ webhooks (``httpx.Client(verify=client_ssl_context(config.tls_cafile))``).
 from __future__ import annotations
 
 import functools
+import re
 import ssl
+import warnings
 from pathlib import Path
 
 from cryptography import x509
@@ -43,8 +45,18 @@ def trusted_roots(cafile: str | None = None) -> tuple[x509.Certificate, ...]:
         pems.append(Path(cafile).read_bytes())
     roots: list[x509.Certificate] = []
     for pem in pems:
-        try:
-            roots.extend(x509.load_pem_x509_certificates(pem))
-        except ValueError:
-            continue
+        for block in _PEM_BLOCK.findall(pem):
+            # A few old roots in system bundles break RFC 5280 (negative serial numbers):
+            # cryptography warns about them, and they are no loss to skip.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                try:
+                    roots.append(x509.load_pem_x509_certificate(block))
+                except (ValueError, Warning):
+                    continue
     return tuple(roots)
+
+
+_PEM_BLOCK = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL
+)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import MX, QTYPE, RCODE, RR, TXT, DNSError, DNSRecord
+from dnslib import AAAA, MX, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -31,12 +31,23 @@ class Zone(BaseResolver):
         self.servfail: set[str] = set()
         self.silent: set[str] = set()
         self.queries: list[tuple[str, str]] = []
+        # Answers carry the AD bit, as a DNSSEC-validating resolver's do for a signed zone.
+        self.authenticated = False
 
     def add_txt(self, name: str, value: str) -> None:
         self.records.setdefault((_name(name), "TXT"), []).append(TXT(txt_strings(value)))
 
     def add_mx(self, name: str, preference: int, host: str) -> None:
         self.records.setdefault((_name(name), "MX"), []).append(MX(host, preference))
+
+    def add_address(self, name: str, address: str) -> None:
+        rtype, rdata = ("AAAA", AAAA(address)) if ":" in address else ("A", A(address))
+        self.records.setdefault((_name(name), rtype), []).append(rdata)
+
+    def add_tlsa(self, name: str, usage: int, selector: int, matching: int, data: bytes) -> None:
+        self.records.setdefault((_name(name), "TLSA"), []).append(
+            TLSA(usage, selector, matching, data)
+        )
 
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):
@@ -61,6 +72,7 @@ class Zone(BaseResolver):
         if name in self.silent:
             raise DNSError("no answer, on purpose")  # dnslib then sends nothing
         reply = request.reply()
+        reply.header.ad = int(self.authenticated)
         if name in self.servfail:
             reply.header.rcode = RCODE.SERVFAIL
             return reply
