@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from layang.config import Config, ConfigError
+from tests.tls_pki import LocalCA
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +51,10 @@ DOCUMENTED = {
     "rate_limit": None,
     "webhook_retry_schedule": (5, 300, 1800, 7200, 18000, 36000, 36000),
     "webhook_allow_private": False,
+    "tls_cafile": "",
+    "dane": False,
+    "tlsrpt": True,
+    "tlsrpt_from": "",
 }
 
 
@@ -111,6 +116,10 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_RATE_LIMIT": "1000/min",
         "LAYANG_WEBHOOK_RETRY_SCHEDULE": "1,1,2",
         "LAYANG_WEBHOOK_ALLOW_PRIVATE": "true",
+        "LAYANG_TLS_CAFILE": str(LocalCA(empty_dir / "ca").cafile),
+        "LAYANG_DANE": "true",
+        "LAYANG_TLSRPT": "false",
+        "LAYANG_TLSRPT_FROM": "tls-reports@example.com",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from layang.submission.server import take_requiretls
+
 HOST = "127.0.0.1"
 SERVER_NAME = "upstream.test"
 DEFAULT_MAIL = "250 OK"
@@ -141,8 +143,12 @@ class Upstream:
         auth_users: dict[str, str] | None = None,
         cafile: Path | None = None,
         pipelining: bool = False,
+        requiretls: bool = False,
     ) -> None:
         self.pipelining = pipelining
+        # Offer RFC 8689's REQUIRETLS once TLS is up; MAIL commands carrying it are noted as
+        # ("REQUIRETLS", sender) in ``attempts``.
+        self.requiretls = requiretls
         self.tls_context = tls_context
         self.ssl_context = ssl_context
         self.auth_users = dict(auth_users or {})
@@ -398,6 +404,8 @@ class _Handler:
             responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
         if self.upstream.pipelining:
             responses = [*responses[:-1], "250-PIPELINING", responses[-1]]
+        if self.upstream.requiretls and session.ssl is not None:
+            responses = [*responses[:-1], "250-REQUIRETLS", responses[-1]]
         return responses
 
     async def handle_HELO(
@@ -494,6 +502,15 @@ class _TrackedSMTP(SMTP):
     def data_received(self, data: bytes) -> None:
         self.upstream._read(data)
         super().data_received(data)
+
+    async def smtp_MAIL(self, arg: str) -> None:
+        arg, requiretls = take_requiretls(arg)
+        if requiretls:
+            if not self.upstream.requiretls:
+                await self.push("555 5.5.4 MAIL FROM parameters not recognized")
+                return
+            self.upstream._note("REQUIRETLS", arg or "")
+        await super().smtp_MAIL(arg)
 
     async def smtp_DATA(self, arg: str) -> None:
         upstream = self.upstream

@@ -44,6 +44,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, write_transaction
+from layang.mail.message import REQUIRETLS, TLS_OPTIONAL
 from layang.tls_trust import client_ssl_context, trusted_roots
 
 log = logging.getLogger("layang.tls")
@@ -57,11 +58,6 @@ REQUIRED = "required"
 ENFORCE = "enforce"
 TESTING = "testing"
 
-# Message requirements (``transmission.tls_requirement``).
-REQUIRETLS = "requiretls"
-"""RFC 8689's REQUIRETLS: verified TLS to a server advertising REQUIRETLS, or a bounce."""
-TLS_OPTIONAL = "optional"
-"""The ``TLS-Required: No`` header: deliver even where a policy's checks fail."""
 
 POLICY_MAX_BYTES = 64 * 1024
 POLICY_FETCH_SECONDS = 10.0

@@ -238,6 +238,8 @@ class Worker:
                     # What compose wrote has CRLF line ends only; submitted bytes are checked.
                     crlf_clean=message is not None,
                     attempt=recipient.attempts + 1,
+                    # Passed only when asked, so transports without it keep working.
+                    **({"require_tls": True} if transmission.require_tls else {}),
                 )
             (outcome,) = result.recipients
             results[recipient.address] = outcome

@@ -35,6 +35,7 @@ TRANSMISSION_FIELDS = (
     "metadata",
     "payload",
     "raw",
+    "tls_requirement",
 )
 RECIPIENT_FIELDS = (
     "id",
@@ -70,6 +71,7 @@ class Submission:
     message: OutgoingMessage | None = None
     raw: bytes | None = None
     suppressed: Mapping[str, str] = field(default_factory=dict)
+    tls_requirement: str | None = None  # see ``layang.mail.message.tls_requirement``
 
 
 def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
@@ -93,6 +95,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         json.dumps(submission.metadata),
         payload,
         submission.raw,
+        submission.tls_requirement,
     )
     recipient_rows = []
     injected: list[str] = []
@@ -156,6 +159,7 @@ def queue_message(
         recipients=recipients,
         message=message,
         suppressed=suppressed,
+        tls_requirement=message.tls_requirement,
     )
     enqueue(account, submission, also)
     log.info(
