@@ -1,5 +1,6 @@
 """An HTTPS server on a loopback address, port 443, serving MTA-STS policy files the way
-``https://mta-sts.<domain>/.well-known/mta-sts.txt`` does (tests run as root). Each server
+``https://mta-sts.<domain>/.well-known/mta-sts.txt`` does (tests run as root), and keeping what
+is POSTed to it (TLS-RPT reports). Each server
 takes an address of its own in 127.0.0.0/8, so tests running at once do not collide."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class PolicyServer:
         self.headers: dict[str, str] = {}
         self.requests = 0
         self.hosts: list[str] = []
+        self.posted: list[tuple[str, str, bytes]] = []  # (path, content type, body)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,6 +41,15 @@ class PolicyServer:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                owner.posted.append(
+                    (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
+                )
+                self.send_response(owner.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

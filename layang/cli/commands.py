@@ -89,6 +89,7 @@ DELIVERY = (
     "bounce_domain",  # the mailto: of List-Unsubscribe
     "webhook_retry_schedule",
     "webhook_allow_private",
+    *("tls_cafile", "dane", "dns_resolver", "tlsrpt", "tlsrpt_from"),  # transport security
 )
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
@@ -486,6 +487,40 @@ class domain_errors:
             click.echo(json.dumps(describe(error).body()), err=True)
             sys.exit(1)
         return False
+
+
+TLSRPT = ("tlsrpt", "tlsrpt_from", "bounce_domain", "dns_resolver", "tls_cafile")
+
+
+@main.group("tlsrpt")
+def tlsrpt_group() -> None:
+    """TLS-RPT (RFC 8460): daily reports to recipient domains about our TLS sessions."""
+
+
+@Uses(Needs(EXISTING), STORE, TLSRPT)
+@tlsrpt_group.command("send")
+@click.option("--day", help="The UTC day, YYYY-MM-DD (default: yesterday).")
+def tlsrpt_send(day: str | None) -> None:
+    """Send the reports of DAY now (each domain's once); prints each domain's outcome."""
+    from layang.mail import tlsrpt
+
+    config, _ = prepare()
+    if not config.tlsrpt:
+        fail("LAYANG_TLSRPT is false: no TLS-RPT reports are sent; unset it to send them")
+    try:
+        day = tlsrpt.parse_day(day) if day else tlsrpt.yesterday()
+    except ValueError as error:
+        fail(f"--day: {error}")
+    open_db(config, EXISTING)
+    outcomes = tlsrpt.send_reports(config, day)
+    emit(
+        {
+            "day": day,
+            "reports": [
+                {"domain": o.domain, "status": o.status, "detail": o.detail} for o in outcomes
+            ],
+        }
+    )
 
 
 main.add_command(Uses(Needs(None), ("http_bind",))(send_command))
