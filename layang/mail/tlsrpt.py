@@ -461,3 +461,75 @@ def parse_day(value: str) -> str:
         return date.fromisoformat(value).isoformat()
     except ValueError:
         raise ValueError(f"not a day as YYYY-MM-DD: {value!r}") from None
+
+
+# --- What the console shows ---------------------------------------------------------------
+
+POLICY_LABELS = {"sts": "MTA-STS", "tlsa": "DANE", "no-policy-found": "none (opportunistic)"}
+
+
+@dataclass(frozen=True)
+class DomainSecurity:
+    """What one recipient domain's MX sessions of the last day met: the policy seen last
+    (``policy``, and the cached MTA-STS ``mode`` if any), the sessions that met it and those
+    that failed, and each failure (result type, MX host, detail, sessions)."""
+
+    domain: str
+    policy: str
+    mode: str | None
+    succeeded: int
+    failed: int
+    failures: tuple[tuple[str, str, str, int], ...]
+    last_seen: int
+
+
+def recent_security(account_id: int, now: int | None = None) -> list[DomainSecurity]:
+    """Per recipient domain ``account_id`` sent to in the last day, the transport security
+    seen in that day's sessions (every account's sessions to the domain count: the policy is
+    the domain's), busiest first."""
+    since = (now_ms() if now is None else now) - 86_400_000
+    param = database.obj.param  # type: ignore[union-attr]
+    addresses = database.execute_sql(
+        f'SELECT DISTINCT "address" FROM "recipient" WHERE "account_id" = {param} '
+        f'AND "updated_at" >= {param} LIMIT 10000',
+        [account_id, since],
+    ).fetchall()
+    domains = sorted({row[0].rpartition("@")[2].lower() for row in addresses})
+    if not domains:
+        return []
+    marks = ", ".join([param] * len(domains))
+    rows = database.execute_sql(
+        'SELECT "policy_domain", "policy_type", "mx_host", "result_type", "detail", "sessions", '
+        f'"updated_at" FROM "tls_session_result" WHERE "policy_domain" IN ({marks}) '
+        f'AND "updated_at" >= {param} ORDER BY "updated_at"',
+        [*domains, since],
+    ).fetchall()
+    modes = dict(
+        database.execute_sql(
+            f'SELECT "domain", "mode" FROM "mta_sts_policy" WHERE "domain" IN ({marks})', domains
+        ).fetchall()
+    )
+    seen: dict[str, dict[str, Any]] = {}
+    for domain, policy_type, host, result_type, detail, sessions, updated in rows:
+        entry = seen.setdefault(
+            domain, {"policy": "", "ok": 0, "failed": 0, "failures": [], "last": 0}
+        )
+        entry["policy"], entry["last"] = policy_type, max(entry["last"], updated)
+        if result_type == SUCCESS:
+            entry["ok"] += sessions
+        else:
+            entry["failed"] += sessions
+            entry["failures"].append((result_type, host, detail, sessions))
+    found = [
+        DomainSecurity(
+            domain,
+            POLICY_LABELS.get(entry["policy"], entry["policy"]),
+            modes.get(domain) if entry["policy"] == "sts" else None,
+            entry["ok"],
+            entry["failed"],
+            tuple(entry["failures"]),
+            entry["last"],
+        )
+        for domain, entry in seen.items()
+    ]
+    return sorted(found, key=lambda d: (-(d.succeeded + d.failed), d.domain))

@@ -158,6 +158,7 @@ DETAIL_LABELS = {
     "url": "URL",
     "userAgent": "User agent",
     "source": "Received via",
+    "tls": "TLS",
 }
 
 
