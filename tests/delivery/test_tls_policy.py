@@ -31,6 +31,7 @@ from layang.delivery.tls_policy import (
     policy_for,
     ssl_context,
 )
+from tests.conftest import BACKENDS
 from tests.dns_server import Zone
 from tests.policy_server import PolicyServer
 from tests.stripping_proxy import StrippingProxy
@@ -244,6 +245,7 @@ def test_mx_hosts_not_matching_the_policy_are_skipped(world: World) -> None:
         assert mx.connections == 1 and mx.received == []
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_policy_is_cached_and_refreshed_when_the_id_changes(world: World) -> None:
     world.publish_sts(ENFORCE)
     assert world.policy().mode == "enforce"
@@ -399,3 +401,47 @@ def test_mx_pattern_matching() -> None:
     assert not tls_policy.mx_matches("*.example.net", "a.b.example.net")
     assert not tls_policy.mx_matches("*.example.net", "example.net")
     assert tls_policy.mx_matches("MX.Example.NET.", "mx.example.net")
+
+
+# --- TLS required by a shaping rule or by the message --------------------------------------
+
+
+def test_a_shaping_rule_requiring_tls_refuses_an_unverified_certificate(
+    world: World, tmp_path: Path
+) -> None:
+    policy = world.policy(MX1).requiring_tls()
+    assert policy.kind == "required" and policy.requires_verified_tls
+    context = server_tls_context(*make_self_signed_cert(tmp_path / "self", MX1))
+    with mx_server(context) as mx:
+        check = run_session(world, policy, MX1, mx.port)
+        assert not check.ok and check.reply.endswith("(TLS is required)")
+        assert mx.received == []
+    with mx_server(world.ca.server_context(MX1)) as mx:
+        check = run_session(world, policy, MX1, mx.port)
+        assert check.ok and check.tls == {
+            **check.tls,
+            "verified": True,
+            "policy": "required",
+        }
+
+
+def test_requiretls_to_an_mx_without_it_bounces(world: World) -> None:
+    policy = world.policy(MX1)
+    with mx_server(world.ca.server_context(MX1)) as mx:
+        check = run_session(world, policy, MX1, mx.port, requirement="requiretls")
+        assert not check.ok and check.bounce
+        assert check.reply == (
+            "550 5.7.30 REQUIRETLS not possible: mx1.bank.test does not advertise REQUIRETLS"
+        )
+        assert mx.received == []
+    with mx_server(world.ca.server_context(MX1), requiretls=True) as mx:
+        check = run_session(world, policy, MX1, mx.port, requirement="requiretls")
+        assert check.ok and check.tls["verified"] and check.tls["policy"] == "required"
+
+
+def test_requiretls_refuses_plaintext_even_without_a_policy(world: World) -> None:
+    policy = world.policy(MX1)
+    with mx_server(None) as mx:
+        check = run_session(world, policy, MX1, mx.port, requirement="requiretls")
+        assert not check.ok and check.bounce
+        assert "does not offer STARTTLS" in check.reply

@@ -21,7 +21,7 @@ from layang.delivery.tls_policy import StsPolicy, TransportPolicy
 from layang.delivery.worker import Worker
 from layang.mail import tlsrpt
 from layang.models import Recipient, TlsReport, Transmission
-from tests.conftest import drain
+from tests.conftest import BACKENDS, drain
 from tests.dns_server import Zone
 from tests.policy_server import PolicyServer
 from tests.tls_pki import LocalCA
@@ -76,6 +76,7 @@ def captured(config: Config) -> list[email.message.EmailMessage]:
     ]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_next_days_report_is_mailed_and_validates(reporting: Config, dns_zone: Zone) -> None:
     dns_zone.add_txt(f"_smtp._tls.{DOMAIN}", "v=TLSRPTv1; rua=mailto:tls%2Dreports@bank.test")
     record_the_day()
@@ -182,6 +183,7 @@ def test_reports_can_be_turned_off(reporting: Config, dns_zone: Zone) -> None:
     assert Transmission.select().count() == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sessions_are_counted_per_day_and_outcome(reporting: Config) -> None:
     record_the_day()
     counts = tlsrpt.session_counts("2026-11-24", DOMAIN)
