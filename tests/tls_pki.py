@@ -5,6 +5,7 @@ names in the tests."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import ssl
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _DAY = datetime.timedelta(days=1)
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -74,7 +82,7 @@ class LocalCA:
             .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False
+                x509.SubjectAlternativeName([_general_name(n) for n in names]), critical=False
             )
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(

@@ -760,22 +760,32 @@ def _webpki_failure(
         return CERTIFICATE_EXPIRED, f"the certificate of {host} has expired or is not yet valid"
     roots = trusted_roots(cafile or None)
     try:
-        verifier = (
-            PolicyBuilder().store(Store(list(roots))).build_server_verifier(x509.DNSName(host))
-        )
+        verifier = PolicyBuilder().store(Store(list(roots))).build_server_verifier(_subject(host))
         verifier.verify(leaf, chain[1:])
     except (VerificationError, ValueError) as error:
         return CERTIFICATE_NOT_TRUSTED, f"the certificate of {host} is not trusted: {error}"
     return None, None
 
 
+def _subject(host: str) -> x509.DNSName | x509.IPAddress:
+    """What a certificate must name for ``host``: a smarthost may be given by address."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
 def _names_match(certificate: x509.Certificate, host: str) -> bool:
     try:
-        names = certificate.extensions.get_extension_for_class(
+        alternatives = certificate.extensions.get_extension_for_class(
             x509.SubjectAlternativeName
-        ).value.get_values_for_type(x509.DNSName)
+        ).value
     except x509.ExtensionNotFound:
         return False
+    subject = _subject(host)
+    if isinstance(subject, x509.IPAddress):
+        return subject.value in alternatives.get_values_for_type(x509.IPAddress)
+    names = alternatives.get_values_for_type(x509.DNSName)
     return any(
         mx_matches(name, host) if name.startswith("*.") else _name(name) == host for name in names
     )
@@ -801,9 +811,9 @@ def _dane_failure(
             if not _names_match(leaf, host):
                 return f"the certificate of {host} is not valid for that name (DANE-TA)"
             try:
-                PolicyBuilder().store(Store([anchor])).build_server_verifier(
-                    x509.DNSName(host)
-                ).verify(leaf, chain[1:index])
+                PolicyBuilder().store(Store([anchor])).build_server_verifier(_subject(host)).verify(
+                    leaf, chain[1:index]
+                )
             except (VerificationError, ValueError) as error:
                 return f"the chain of {host} does not lead to its DANE-TA anchor: {error}"
             return None
