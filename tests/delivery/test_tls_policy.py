@@ -445,3 +445,13 @@ def test_requiretls_refuses_plaintext_even_without_a_policy(world: World) -> Non
         check = run_session(world, policy, MX1, mx.port, requirement="requiretls")
         assert not check.ok and check.bounce
         assert "does not offer STARTTLS" in check.reply
+
+
+def test_a_cafile_that_cannot_be_loaded_stops_at_start(tmp_path: Path) -> None:
+    from layang.config import ConfigError
+
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    for path in (tmp_path / "missing.pem", tmp_path / "junk.pem"):
+        environ = {"LAYANG_TLS_CAFILE": str(path), "LAYANG_SECRET_KEY": "k"}
+        with pytest.raises(ConfigError, match=r"^LAYANG_TLS_CAFILE: cannot load CA certificates"):
+            Config.from_env(environ, dotenv=False)
