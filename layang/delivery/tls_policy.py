@@ -19,6 +19,7 @@ either; the fetch and the parsing are small.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ipaddress
 import json
@@ -758,13 +759,20 @@ def _webpki_failure(
     now = datetime.now(UTC)
     if leaf.not_valid_after_utc < now or leaf.not_valid_before_utc > now:
         return CERTIFICATE_EXPIRED, f"the certificate of {host} has expired or is not yet valid"
-    roots = trusted_roots(cafile or None)
     try:
-        verifier = PolicyBuilder().store(Store(list(roots))).build_server_verifier(_subject(host))
+        verifier = (
+            PolicyBuilder().store(_store(cafile or None)).build_server_verifier(_subject(host))
+        )
         verifier.verify(leaf, chain[1:])
     except (VerificationError, ValueError) as error:
         return CERTIFICATE_NOT_TRUSTED, f"the certificate of {host} is not trusted: {error}"
     return None, None
+
+
+@functools.lru_cache(maxsize=8)
+def _store(cafile: str | None) -> Store:
+    # Building the store of ~140 system roots costs 1.5 ms; a verification with it, 0.3 ms.
+    return Store(list(trusted_roots(cafile)))
 
 
 def _subject(host: str) -> x509.DNSName | x509.IPAddress:
