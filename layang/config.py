@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import os
 import secrets
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -162,6 +163,26 @@ def _source_addresses(raw: str, name: str) -> tuple[tuple[str, str], ...]:
     return tuple(sources)
 
 
+def _cafile(raw: str, name: str) -> str:
+    # Loaded now, so a wrong path stops the command at start rather than at the first TLS
+    # session.
+    try:
+        ssl.create_default_context(cafile=raw)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(
+            f"{name}: cannot load CA certificates from {raw!r} ({error}); give a PEM file"
+        ) from None
+    return raw
+
+
+def _address(raw: str, name: str) -> str:
+    value = raw.strip()
+    local, at, domain = value.rpartition("@")
+    if not at or not local or not domain or any(c.isspace() for c in value):
+        raise ConfigError(f"{name} must be an email address, not {raw!r}")
+    return value
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -283,6 +304,15 @@ class Config:
     throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
+    # Transport security (section 14).
+    tls_cafile: str = _setting(
+        "LAYANG_TLS_CAFILE", _cafile, shown="unset (the system CAs only)", default=""
+    )
+    dane: bool = _setting("LAYANG_DANE", _boolean, default=False)
+    tlsrpt: bool = _setting("LAYANG_TLSRPT", _boolean, default=True)
+    tlsrpt_from: str = _setting(
+        "LAYANG_TLSRPT_FROM", _address, shown="tls-reports@<LAYANG_BOUNCE_DOMAIN>", default=""
+    )
 
     def __post_init__(self) -> None:
         if not self.secret_key:

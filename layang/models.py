@@ -77,6 +77,8 @@ class Transmission(BaseModel):
     metadata = peewee.TextField(default="{}")
     payload = peewee.TextField(null=True)
     raw = peewee.BlobField(null=True)
+    # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
+    tls_requirement = peewee.CharField(max_length=16, null=True)
 
 
 class Recipient(BaseModel):
@@ -475,3 +477,57 @@ class ConsoleSession(BaseModel):
 
 
 MODELS.append(ConsoleSession)
+
+
+class MtaStsPolicy(BaseModel):
+    """A recipient domain's MTA-STS policy, cached for every worker until ``expires_at``
+    (see ``layang.delivery.tls_policy``)."""
+
+    domain = peewee.CharField(primary_key=True, max_length=255)
+    policy_id = peewee.CharField(max_length=32)
+    mode = peewee.CharField(max_length=16)
+    mx = peewee.TextField()
+    max_age = peewee.IntegerField()
+    text = peewee.TextField()
+    fetched_at = peewee.BigIntegerField()
+    expires_at = peewee.BigIntegerField()
+
+
+class TlsSessionResult(BaseModel):
+    """How many sessions of one UTC ``day`` to one MX host under one policy ended one way
+    (``result_type`` empty: success), for TLS-RPT. ``row_key`` identifies the combination."""
+
+    id = peewee.AutoField()
+    row_key = peewee.CharField(max_length=64, unique=True)
+    day = peewee.CharField(max_length=10)
+    policy_domain = peewee.CharField(max_length=255)
+    policy_type = peewee.CharField(max_length=16)
+    policy_strings = peewee.TextField()
+    mx_host = peewee.CharField(max_length=255)
+    result_type = peewee.CharField(max_length=40)
+    detail = peewee.TextField()
+    sessions = peewee.IntegerField()
+    updated_at = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("day", "policy_domain"), False),)
+
+
+class TlsReport(BaseModel):
+    """One TLS-RPT report of a ``day`` for a policy domain: claimed by the first worker to
+    send it (``status`` ``sending``, then ``sent`` or ``failed``)."""
+
+    id = peewee.AutoField()
+    day = peewee.CharField(max_length=10)
+    policy_domain = peewee.CharField(max_length=255)
+    status = peewee.CharField(max_length=16)
+    report_id = peewee.CharField(max_length=200)
+    rua = peewee.TextField()
+    detail = peewee.TextField()
+    created_at = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("day", "policy_domain"), True),)
+
+
+MODELS.extend([MtaStsPolicy, TlsSessionResult, TlsReport])

@@ -32,6 +32,8 @@ class Zone(BaseResolver):
         self.silent: set[str] = set()
         self.queries: list[tuple[str, str]] = []
         self.ttls: dict[tuple[str, str], int] = {}
+        # Answers carry the AD bit, as a DNSSEC-validating resolver's do for a signed zone.
+        self.authenticated = False
 
     def add_txt(self, name: str, value: str) -> None:
         self.records.setdefault((_name(name), "TXT"), []).append(TXT(txt_strings(value)))
@@ -93,6 +95,7 @@ class Zone(BaseResolver):
         if name in self.silent:
             raise DNSError("no answer, on purpose")  # dnslib then sends nothing
         reply = request.reply()
+        reply.header.ad = int(self.authenticated)
         if name in self.servfail:
             reply.header.rcode = RCODE.SERVFAIL
             return reply

@@ -15,6 +15,7 @@ from layang.config import Config, ConfigError
 from layang.db import database
 from layang.domain import accounts
 from layang.serving.app import create_app
+from tests.tls_pki import LocalCA
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +59,10 @@ DOCUMENTED = {
     "throttle_start_seconds": 5,
     "throttle_max_seconds": 300,
     "suspend_after_failures": 3,
+    "tls_cafile": "",
+    "dane": False,
+    "tlsrpt": True,
+    "tlsrpt_from": "",
 }
 
 
@@ -124,6 +129,10 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_THROTTLE_START_SECONDS": "1",
         "LAYANG_THROTTLE_MAX_SECONDS": "60",
         "LAYANG_SUSPEND_AFTER_FAILURES": "5",
+        "LAYANG_TLS_CAFILE": str(LocalCA(empty_dir / "ca").cafile),
+        "LAYANG_DANE": "true",
+        "LAYANG_TLSRPT": "false",
+        "LAYANG_TLSRPT_FROM": "tls-reports@example.com",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

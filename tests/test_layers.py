@@ -46,6 +46,7 @@ LAYERS = {
     "layang.logs": 0,
     "layang.metrics": 0,
     "layang.sealing": 0,
+    "layang.tls_trust": 0,
 }
 NAMES = {
     7: "processes",

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from layang.submission.server import take_requiretls
+
 HOST = "127.0.0.1"
 SERVER_NAME = "upstream.test"
 DEFAULT_MAIL = "250 OK"
@@ -143,8 +145,12 @@ class Upstream:
         pipelining: bool = False,
         host: str = HOST,
         port: int = 0,
+        requiretls: bool = False,
     ) -> None:
         self.pipelining = pipelining
+        # Offer RFC 8689's REQUIRETLS once TLS is up; MAIL commands carrying it are noted as
+        # ("REQUIRETLS", sender) in ``attempts``.
+        self.requiretls = requiretls
         self.tls_context = tls_context
         self.ssl_context = ssl_context
         self.auth_users = dict(auth_users or {})
@@ -407,6 +413,8 @@ class _Handler:
             responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
         if self.upstream.pipelining:
             responses = [*responses[:-1], "250-PIPELINING", responses[-1]]
+        if self.upstream.requiretls and session.ssl is not None:
+            responses = [*responses[:-1], "250-REQUIRETLS", responses[-1]]
         return responses
 
     async def handle_HELO(
@@ -508,6 +516,15 @@ class _TrackedSMTP(SMTP):
         if self.upstream.latency:
             await asyncio.sleep(self.upstream.latency)
         await super().push(status)
+
+    async def smtp_MAIL(self, arg: str) -> None:
+        arg, requiretls = take_requiretls(arg)
+        if requiretls:
+            if not self.upstream.requiretls:
+                await self.push("555 5.5.4 MAIL FROM parameters not recognized")
+                return
+            self.upstream._note("REQUIRETLS", arg or "")
+        await super().smtp_MAIL(arg)
 
     async def smtp_DATA(self, arg: str) -> None:
         upstream = self.upstream

@@ -187,6 +187,14 @@ class OptionsAttributesSchema(CompatSchema):
             "(List-Unsubscribe), and `unsubscribe` entries of the suppression list stop it."
         }
     )
+    requireTls = fields.Boolean(
+        metadata={
+            "description": "REQUIRETLS (RFC 8689): deliver only over TLS verified by MTA-STS, "
+            "DANE or the MX name's certificate, to servers that advertise REQUIRETLS; otherwise "
+            "the message bounces (550 5.7.30). A `TLS-Required: No` header does the opposite: "
+            "it relaxes the recipient domains' TLS policies."
+        }
+    )
 
 
 def _addresses(description: str, **kwargs: Any) -> fields.List:
@@ -294,6 +302,7 @@ class TransmissionRequestSchema(CompatSchema):
             open_tracking=options.get("openTracking", False),
             click_tracking=options.get("clickTracking", False),
             transactional=options.get("transactional"),
+            require_tls=options.get("requireTls", False),
         )
         return TransmissionRequest(
             message,

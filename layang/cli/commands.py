@@ -99,6 +99,7 @@ DELIVERY = (
     "throttle_start_seconds",
     "throttle_max_seconds",
     "suspend_after_failures",
+    *("tls_cafile", "dane", "tlsrpt", "tlsrpt_from"),  # transport security
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file",)
@@ -527,6 +528,40 @@ class domain_errors:
             click.echo(json.dumps(describe(error).body()), err=True)
             sys.exit(1)
         return False
+
+
+TLSRPT = ("tlsrpt", "tlsrpt_from", "bounce_domain", "dns_resolver", "tls_cafile")
+
+
+@main.group("tlsrpt")
+def tlsrpt_group() -> None:
+    """TLS-RPT (RFC 8460): daily reports to recipient domains about our TLS sessions."""
+
+
+@Uses(Needs(EXISTING), STORE, TLSRPT)
+@tlsrpt_group.command("send")
+@click.option("--day", help="The UTC day, YYYY-MM-DD (default: yesterday).")
+def tlsrpt_send(day: str | None) -> None:
+    """Send the reports of DAY now (each domain's once); prints each domain's outcome."""
+    from layang.mail import tlsrpt
+
+    config, _ = prepare()
+    if not config.tlsrpt:
+        fail("LAYANG_TLSRPT is false: no TLS-RPT reports are sent; unset it to send them")
+    try:
+        day = tlsrpt.parse_day(day) if day else tlsrpt.yesterday()
+    except ValueError as error:
+        fail(f"--day: {error}")
+    open_db(config, EXISTING)
+    outcomes = tlsrpt.send_reports(config, day)
+    emit(
+        {
+            "day": day,
+            "reports": [
+                {"domain": o.domain, "status": o.status, "detail": o.detail} for o in outcomes
+            ],
+        }
+    )
 
 
 main.add_command(Uses(Needs(None), ("http_bind",))(send_command))

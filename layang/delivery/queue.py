@@ -21,7 +21,7 @@ from layang.delivery import simulator
 from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 from layang.mail.bounce_class import classify
 from layang.mail.events import append_events
-from layang.mail.message import OutgoingMessage
+from layang.mail.message import REQUIRETLS, OutgoingMessage
 from layang.mail.suppression import suppressed_event_detail
 from layang.models import BOUNCE, COMPLAINT, DELAY, DELIVERY, SUPPRESSED
 from layang.queueing.leases import LeasedTable
@@ -58,6 +58,13 @@ class QueuedTransmission:
     raw: bytes | None
     account_id: int = 0
     from_header: str = ""
+    tls_requirement: str | None = None
+
+    @property
+    def require_tls(self) -> bool:
+        """Whether the message was sent with REQUIRETLS (RFC 8689): verified TLS to servers
+        that advertise REQUIRETLS, or a bounce (``550 5.7.30``)."""
+        return self.tls_requirement == REQUIRETLS
 
     @property
     def is_transactional(self) -> bool:
@@ -90,7 +97,8 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
         return {}
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
-        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header" '
+        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header", '
+        '"tls_requirement" '
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )

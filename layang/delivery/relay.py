@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from layang.delivery.tls_policy import verification_failure
+from layang.tls_trust import client_ssl_context
+
 DELIVERED = "delivered"
 DEFERRED = "deferred"
 BOUNCED = "bounced"
@@ -103,11 +106,13 @@ def format_reply(code: int, text: bytes | str) -> str:
 
 
 def relay_from_url(
-    url: str, *, helo_name: str = "localhost", timeout: float = 60.0
+    url: str, *, helo_name: str = "localhost", timeout: float = 60.0, trusted_cafile: str = ""
 ) -> SmtpRelay | CaptureRelay:
     """The relay the URL describes (see the module documentation for the forms).
 
-    ``helo_name`` is the name given in EHLO/HELO; ``timeout`` bounds every network wait.
+    ``helo_name`` is the name given in EHLO/HELO; ``timeout`` bounds every network wait;
+    ``trusted_cafile`` (``LAYANG_TLS_CAFILE``) adds CAs to the system's when the URL names no
+    ``cafile`` of its own.
     Raises :class:`RelayConfigError` for anything but a well-formed, usable URL, including a
     ``cafile`` that cannot be loaded.
     """
@@ -156,7 +161,7 @@ def relay_from_url(
         raise RelayConfigError("cafile and verify only apply with tls=required or smtps://")
 
     if tls == "required":
-        context = _verifying_context(cafile, verify == "on")
+        context = _verifying_context(cafile, verify == "on", trusted_cafile)
     elif tls == "may":
         context = _unverified_context()
     else:
@@ -181,6 +186,7 @@ def relay_from_url(
         credentials=credentials,
         helo_name=helo_name,
         timeout=timeout,
+        trusted_cafile=trusted_cafile,
     )
 
 
@@ -215,10 +221,12 @@ def _unverified_context() -> ssl.SSLContext:
     return context
 
 
-def _verifying_context(cafile: str | None, verify: bool) -> ssl.SSLContext:
+def _verifying_context(cafile: str | None, verify: bool, trusted_cafile: str) -> ssl.SSLContext:
     if not verify:
         return _unverified_context()
     try:
+        if cafile is None:
+            return client_ssl_context(trusted_cafile or None)
         return ssl.create_default_context(cafile=cafile)
     except OSError as error:
         raise RelayConfigError(f"cannot load relay cafile {cafile!r}: {error}") from None
@@ -262,11 +270,15 @@ class SmtpRelay:
         helo_name: str = "localhost",
         timeout: float = 60.0,
         pipelining: bool = True,
+        trusted_cafile: str = "",
     ) -> None:
         """``tls`` is ``"may"``, ``"required"`` or ``"off"``; ``context`` is used for TLS.
 
         ``pipelining=False`` waits for each reply even when the server offers PIPELINING.
+        ``trusted_cafile`` (``LAYANG_TLS_CAFILE``) is trusted besides the system's CAs when a
+        REQUIRETLS message checks an opportunistic session's certificate.
         """
+        self.trusted_cafile = trusted_cafile
         self.host = host
         self.port = port
         self.implicit_tls = implicit_tls
@@ -295,6 +307,7 @@ class SmtpRelay:
         reference: str = "",
         crlf_clean: bool = False,
         attempt: int = 1,
+        require_tls: bool = False,
     ) -> SendResult:
         """Relay one message in one SMTP transaction.
 
@@ -306,7 +319,9 @@ class SmtpRelay:
         because they are about the relay, not the message. A reused connection found dead at
         MAIL is replaced once, transparently. ``message`` goes out with bare CR and LF line ends
         made CRLF, unless ``crlf_clean`` says there are none; ``reference`` and ``attempt`` are
-        unused over SMTP.
+        unused over SMTP. ``require_tls`` (RFC 8689 REQUIRETLS) sends the message only over TLS
+        with a certificate valid for the relay's name, to a server advertising REQUIRETLS, with
+        the REQUIRETLS MAIL parameter; otherwise every recipient bounces ``550 5.7.30``.
         """
         recipients = tuple(recipients)
         if not recipients:
@@ -318,7 +333,7 @@ class SmtpRelay:
             if self._smtp is not None and time.monotonic() - self._last_used > self.max_idle:
                 self._quit()
             try:
-                return self._attempt(mail_from, recipients, message)
+                return self._attempt(mail_from, recipients, message, require_tls)
             finally:
                 self._last_used = time.monotonic()
 
@@ -327,15 +342,23 @@ class SmtpRelay:
         with self._lock:
             self._quit()
 
-    def _attempt(self, mail_from: str, recipients: tuple[str, ...], message: bytes) -> SendResult:
+    def _attempt(
+        self, mail_from: str, recipients: tuple[str, ...], message: bytes, require_tls: bool
+    ) -> SendResult:
         reused = self._smtp is not None
         try:
             if self._smtp is None:
                 self._smtp = self._connect()
-            return self._transaction(self._smtp, mail_from, recipients, message, reused)
+            if require_tls:
+                refused = self._requiretls_refusal(self._smtp)
+                if refused is not None:
+                    return _all(recipients, 550, f"550 5.7.30 {refused}", BOUNCED)
+            return self._transaction(
+                self._smtp, mail_from, recipients, message, reused, require_tls
+            )
         except _Stale:
             self._discard()
-            return self._attempt(mail_from, recipients, message)
+            return self._attempt(mail_from, recipients, message, require_tls)
         except _Abort as abort:
             return _all(recipients, abort.code, abort.reply, DEFERRED)
 
@@ -375,6 +398,20 @@ class SmtpRelay:
             _close_quietly(smtp)
             raise _Abort(0, self._describe(error)) from None
         return smtp
+
+    def _requiretls_refusal(self, smtp: smtplib.SMTP) -> str | None:
+        """Why this session cannot carry a REQUIRETLS message, or None."""
+        sock = smtp.sock
+        if not isinstance(sock, ssl.SSLSocket):
+            return f"REQUIRETLS needs TLS but the session with {self.where} is not encrypted"
+        verified = sock.context.verify_mode == ssl.CERT_REQUIRED and sock.context.check_hostname
+        if not verified:
+            failure = verification_failure(sock, self.host, self.trusted_cafile or None)
+            if failure is not None:
+                return f"REQUIRETLS needs a verified certificate: {failure}"
+        if not smtp.has_extn("requiretls"):
+            return f"REQUIRETLS is not supported by {self.where}"
+        return None
 
     def _hello(self, smtp: smtplib.SMTP) -> None:
         code, text = smtp.ehlo()
@@ -435,6 +472,7 @@ class SmtpRelay:
         recipients: tuple[str, ...],
         message: bytes,
         reused: bool,
+        require_tls: bool = False,
     ) -> SendResult:
         results: list[RecipientResult | None] = [None] * len(recipients)
         try:
@@ -449,6 +487,8 @@ class SmtpRelay:
             if not pending:
                 return _fill(recipients, results, 0, "no recipient was tried")
             options = self._mail_options(smtp, mail_from, recipients, message)
+            if require_tls:
+                options += " REQUIRETLS"
             mail = f"MAIL FROM:<{mail_from}>{options}"
             if self.pipelining and smtp.has_extn("pipelining"):
                 exchange = self._pipelined_envelope
@@ -765,6 +805,7 @@ class CaptureRelay:
         reference: str = "",
         crlf_clean: bool = False,
         attempt: int = 1,
+        require_tls: bool = False,
     ) -> SendResult:
         """Write ``DIR/<reference>-<recipient>-<random>.eml`` per recipient, atomically.
 

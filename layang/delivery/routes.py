@@ -31,6 +31,7 @@ class Transport(Protocol):
         reference: str = "",
         crlf_clean: bool = False,
         attempt: int = 1,
+        require_tls: bool = False,
     ) -> SendResult:
         """Send ``message`` to ``recipients``; one result each, never raises for delivery
         problems.
@@ -40,6 +41,7 @@ class Transport(Protocol):
         message from elsewhere (SMTP submission) must leave it False, so that bare CR or LF
         line ends are turned into CRLF before they go out. ``attempt`` counts the tries of these
         recipients (1 for the first); only a transport that makes outcomes up reads it.
+        ``require_tls`` asks for RFC 8689's REQUIRETLS (the smarthost honours it).
         """
         ...
 
@@ -77,7 +79,9 @@ class Router:
             return cls(Route("mx", "mx", MxRoute(config)))  # type: ignore[arg-type]
         name = "capture" if url.startswith("capture:") else "smarthost"
         if transport is None:
-            transport = relay_from_url(url, helo_name=socket.gethostname())
+            transport = relay_from_url(
+                url, helo_name=socket.gethostname(), trusted_cafile=config.tls_cafile
+            )
         destination = url.partition(":")[2] if name == "capture" else _host_port(url)
         return cls(Route(name, destination, transport))
 

@@ -71,6 +71,7 @@ class SimulatorRelay:
         reference: str = "",
         crlf_clean: bool = False,
         attempt: int = 1,
+        require_tls: bool = False,
     ) -> SendResult:
         """The outcome of attempt number ``attempt`` for each of ``recipients``."""
         return SendResult(tuple(simulate(address, attempt) for address in recipients))

@@ -306,6 +306,7 @@ class Worker:
                 copy.data,
                 # What compose wrote has CRLF line ends only; submitted bytes are checked.
                 crlf_clean=message is not None,
+                requiretls=transmission.require_tls,
             )
             jobs.append(
                 Job(recipient, route, route.destination, envelope, transmission.id, pending.done)

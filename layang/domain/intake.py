@@ -32,7 +32,7 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
-from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage
+from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage, tls_requirement
 from layang.mail.outbox import Submission, enqueue, queue_message
 from layang.mail.submitted import PreparedMessage
 from layang.mail.suppression import suppressed_addresses
@@ -164,6 +164,7 @@ class SubmittedMessage:
     mail_from: str
     recipients: tuple[str, ...]
     prepared: PreparedMessage
+    require_tls: bool = False  # the REQUIRETLS MAIL parameter
 
     def kind_of(self, address: str) -> str:
         """``to``, ``cc`` or ``bcc``: where the headers name ``address`` (nowhere: a bcc)."""
@@ -260,6 +261,7 @@ def _enqueue_submitted(
         recipients=[(address, submitted.kind_of(address)) for address in submitted.recipients],
         raw=prepared.raw,
         suppressed=suppressed,
+        tls_requirement=tls_requirement(submitted.require_tls, prepared.tls_required),
     )
     try:
         enqueue(account, submission, answer)

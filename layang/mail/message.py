@@ -184,6 +184,21 @@ def is_base64(value: str) -> bool:
 
 # --- The message -------------------------------------------------------------------------
 
+REQUIRETLS = "requiretls"
+TLS_OPTIONAL = "optional"
+
+
+def tls_requirement(require_tls: bool, tls_required_header: str | None) -> str | None:
+    """What a message asks of the sessions that carry it (RFC 8689): ``requiretls`` (the
+    REQUIRETLS option), ``optional`` (a ``TLS-Required: No`` header, which relaxes the
+    recipient domains' policies) or None. REQUIRETLS wins over the header (section 4.1)."""
+    if require_tls:
+        return REQUIRETLS
+    if tls_required_header is not None and tls_required_header.strip().lower() == "no":
+        return TLS_OPTIONAL
+    return None
+
+
 RECIPIENT_KINDS = ("to", "cc", "bcc")
 
 
@@ -258,6 +273,13 @@ class OutgoingMessage:
     click_tracking: bool = False
     transactional: bool | None = None
     date_ms: int = 0
+    require_tls: bool = False
+
+    @property
+    def tls_requirement(self) -> str | None:
+        """See :func:`tls_requirement`: the ``requireTls`` option or a ``TLS-Required`` header."""
+        header = next((h.value for h in self.headers if h.name.lower() == "tls-required"), None)
+        return tls_requirement(self.require_tls, header)
 
     @property
     def tracked(self) -> bool:
@@ -320,6 +342,8 @@ class OutgoingMessage:
                 payload[flag] = True
         if self.transactional is not None:
             payload["transactional"] = self.transactional
+        if self.require_tls:
+            payload["require_tls"] = True
         return payload
 
     @classmethod
@@ -343,6 +367,7 @@ class OutgoingMessage:
                 click_tracking=payload.get("click_tracking", False),
                 transactional=payload.get("transactional"),
                 date_ms=payload["date_ms"],
+                require_tls=payload.get("require_tls", False),
             )
         if version == 1:
             return _from_payload_v1(payload)

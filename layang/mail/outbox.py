@@ -38,6 +38,7 @@ TRANSMISSION_FIELDS = (
     "metadata",
     "payload",
     "raw",
+    "tls_requirement",
 )
 RECIPIENT_FIELDS = (
     "id",
@@ -74,6 +75,7 @@ class Submission:
     message: OutgoingMessage | None = None
     raw: bytes | None = None
     suppressed: Mapping[str, str] = field(default_factory=dict)
+    tls_requirement: str | None = None  # see ``layang.mail.message.tls_requirement``
 
 
 def recipient_domain(address: str) -> str:
@@ -103,6 +105,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         json.dumps(submission.metadata),
         payload,
         submission.raw,
+        submission.tls_requirement,
     )
     recipient_rows = []
     injected: list[str] = []
@@ -169,6 +172,7 @@ def queue_message(
         recipients=recipients,
         message=message,
         suppressed=suppressed,
+        tls_requirement=message.tls_requirement,
     )
     enqueue(account, submission, also)
     log.info(

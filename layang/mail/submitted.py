@@ -23,6 +23,7 @@ class PreparedMessage:
     header_to: frozenset[str]
     header_cc: frozenset[str]
     idempotency_key: str | None = None
+    tls_required: str | None = None  # the TLS-Required header's value (RFC 8689)
 
 
 def _split(data: bytes) -> tuple[list[bytes], bytes]:
@@ -95,6 +96,7 @@ def prepare_submission(
         header_to=_addresses([str(v) for v in headers.get_all("To", [])]),
         header_cc=_addresses([str(v) for v in headers.get_all("Cc", [])]),
         idempotency_key=_unfolded_value(keys[0]) if keys else None,
+        tls_required=str(headers["TLS-Required"]) if "tls-required" in present else None,
     )
 
 

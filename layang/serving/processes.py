@@ -165,8 +165,10 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
 
         serve_process_metrics(metrics_listener)
     from layang.domain import housekeeping
+    from layang.mail import tlsrpt
 
-    return Worker(config, chores=[housekeeping.delete_expired])
+    # Yesterday's TLS-RPT reports go out once, from whichever worker gets there first.
+    return Worker(config, chores=[housekeeping.delete_expired, lambda: tlsrpt.due_reports(config)])
 
 
 def run_sender(

@@ -134,6 +134,20 @@ class SubmissionHandler:
             return AuthResult(success=False, handled=True)
         return await self._login(server, user, key)
 
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname
+        if session.ssl is not None:
+            # RFC 8689: REQUIRETLS is offered only on a TLS session.
+            responses = [*responses[:-1], "250-REQUIRETLS", responses[-1]]
+        return responses
+
     # -- the envelope ----------------------------------------------------------------------
 
     async def handle_MAIL(
@@ -209,6 +223,7 @@ class SubmissionHandler:
                 envelope.mail_from,
                 list(envelope.rcpt_tos),
                 envelope.original_content or b"",
+                getattr(envelope, "require_tls", False),
             )
         except LayangError as error:
             return reply_for(error)
@@ -217,7 +232,14 @@ class SubmissionHandler:
             return "451 4.3.0 Could not store the message; try again later"
         return f"250 2.0.0 OK queued as {transmission_id}"
 
-    def store(self, account: Account, mail_from: str, recipients: list[str], data: bytes) -> str:
+    def store(
+        self,
+        account: Account,
+        mail_from: str,
+        recipients: list[str],
+        data: bytes,
+        require_tls: bool = False,
+    ) -> str:
         """Durably queue the message through the same intake as the API
         (``accept_transmission``); returns its transmission id, or the first one's for a
         repeat of a message with the same ``Idempotency-Key`` header. Raises the domain's
@@ -230,6 +252,7 @@ class SubmissionHandler:
             mail_from=mail_from,
             recipients=tuple(recipients),
             prepared=prepare_submission(data, transmission_id, accepted_at, mail_from),
+            require_tls=require_tls,
         )
         claim = None
         key = submitted.prepared.idempotency_key
@@ -246,6 +269,18 @@ class SubmissionHandler:
             if claim is not None:
                 idempotency.release(claim)
             raise
+
+
+def take_requiretls(arg: str | None) -> tuple[str | None, bool]:
+    """The MAIL argument without a REQUIRETLS parameter, and whether it had one (parameters
+    come after the address's closing ``>``)."""
+    if not arg or ">" not in arg:
+        return arg, False
+    address, _, parameters = arg.rpartition(">")
+    kept = [p for p in parameters.split() if p.upper() != "REQUIRETLS"]
+    if len(kept) == len(parameters.split()):
+        return arg, False
+    return " ".join([f"{address}>", *kept]), True
 
 
 def reply_for(error: LayangError) -> str:
@@ -328,6 +363,17 @@ class SubmissionSMTP(CappedSMTP):
             self._auth_failures and self.limits.auth_blocked(self._address)
         ):
             await self._close("421 4.7.0 Too many failed authentications; closing")
+
+    async def smtp_MAIL(self, arg: str) -> None:
+        """MAIL with RFC 8689's REQUIRETLS parameter, which aiosmtpd does not know: taken out
+        of the command, accepted only on a TLS session, and kept with the envelope."""
+        arg, requiretls = take_requiretls(arg)
+        if requiretls and self._tls_protocol is None:
+            await self.push("530 5.7.10 REQUIRETLS needs a TLS session: issue STARTTLS first")
+            return
+        await super().smtp_MAIL(arg)
+        if requiretls and self.envelope is not None and self.envelope.mail_from:
+            self.envelope.require_tls = True  # type: ignore[attr-defined]
 
     async def _close(self, reply: str) -> None:
         await self.push(reply)

@@ -9,6 +9,7 @@ from layang.web import (
     consent_page,
     console,
     console_queue,
+    console_security,
     console_suppressions,
     console_webhooks,
     error_pages,
@@ -30,6 +31,7 @@ console.register(web)
 console_suppressions.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
+console_security.register(web)
 error_pages.register(web)
 
 

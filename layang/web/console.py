@@ -154,6 +154,7 @@ DETAIL_LABELS = {
     "url": "URL",
     "userAgent": "User agent",
     "source": "Received via",
+    "tls": "TLS",
 }
 
 

@@ -213,9 +213,7 @@ class Resolver:
                 raise Refused(f"could not resolve {host}: {error}") from None
             found = [ipaddress.ip_address(info[4][0]) for info in infos]
         else:
-            answers = await asyncio.gather(
-                *(self._query(host, rdtype) for rdtype in ("A", "AAAA"))
-            )
+            answers = await asyncio.gather(*(self._query(host, rdtype) for rdtype in ("A", "AAAA")))
             found = [address for answer in answers for address in answer]
         return list(dict.fromkeys(found))
 

@@ -199,9 +199,7 @@ def test_private_addresses_and_http_are_allowed_when_configured(app, client, aut
         "http://169.254.1.1/",
     ],
 )
-def test_metadata_addresses_are_refused_even_when_private_ones_are_allowed(
-    app, client, auth, url
-):
+def test_metadata_addresses_are_refused_even_when_private_ones_are_allowed(app, client, auth, url):
     app.config["LAYANG"] = type(app.config["LAYANG"])(
         **{**vars(app.config["LAYANG"]), "webhook_allow_private": True}
     )

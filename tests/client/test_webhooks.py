@@ -115,8 +115,9 @@ def test_verify_webhook_refuses_an_empty_secret(secret):
     # What anyone can compute: the HMAC under an empty key.
     forged = signed(body)
     key_less = base64.b64encode(
-        hmac.new(b"", f"msg_1.{forged['Webhook-Timestamp']}.".encode() + body, hashlib.sha256)
-        .digest()
+        hmac.new(
+            b"", f"msg_1.{forged['Webhook-Timestamp']}.".encode() + body, hashlib.sha256
+        ).digest()
     ).decode()
     forged["Webhook-Signature"] = f"v1,{key_less}"
     with pytest.raises(ValueError, match="secret"):
