@@ -32,6 +32,7 @@ from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
 from layang.sealing import KeyUnavailable
+from layang.tls_trust import client_ssl_context
 from layang.webhooks import outbox as webhook_outbox
 from layang.webhooks.outbox import ClaimedDelivery, Outcome
 from layang.webhooks.wire import (
@@ -65,12 +66,15 @@ class Dispatcher:
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         """``timeout`` bounds each request as a whole (resolving, connecting, sending and
-        reading); ``verify`` is how endpoints' certificates are checked (httpx's default: the
-        certifi CA bundle)."""
+        reading); ``verify`` is how endpoints' certificates are checked (by default httpx's CA
+        bundle, or the system CAs and ``LAYANG_TLS_CAFILE`` when that is set)."""
         self.config = config
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}:wh"
         self.timeout = timeout
         self.concurrency = concurrency
+        if verify is True and config.tls_cafile:
+            # LAYANG_TLS_CAFILE: private CAs are trusted here as everywhere Layang is a client.
+            verify = client_ssl_context(config.tls_cafile)
         self.verify = verify
         self.lease = config.lease_seconds
         self.poll = config.worker_poll_seconds

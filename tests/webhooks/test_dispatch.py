@@ -20,6 +20,7 @@ from layang.models import Account, WebhookEndpoint, WebhookEvent
 from layang.webhooks import dispatcher as webhook_dispatcher
 from layang.webhooks.dispatcher import Dispatcher
 from tests.conftest import drain
+from tests.tls_pki import LocalCA
 from tests.upstream import make_self_signed_cert, server_tls_context
 from tests.webhook_receiver import Receiver
 
@@ -394,3 +395,26 @@ def test_a_rebound_name_is_refused_in_production_mode_without_naming_the_address
     (attempt,) = domain_attempts(hook.id)
     assert attempt.error == "refused: hooks.rebind.test resolves to a private address"
     assert "10.20.30.40" not in attempt.error
+
+
+def test_a_private_ca_in_layang_tls_cafile_is_trusted(
+    client, auth, tmp_path, monkeypatch, dispatchers
+):
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, *a, **k: real("127.0.0.1" if host == "hooks.example.test" else host, *a, **k),
+    )
+    ca = LocalCA(tmp_path / "ca")
+    secure = Receiver(tls=ca.server_context("hooks.example.test"), host="hooks.example.test")
+    try:
+        hook = endpoint(client, auth, secure.url)
+        client.post(f"/v1/layang/webhooks/{hook['id']}/test", headers=auth)
+        untrusting = dispatchers()
+        dispatch_until(untrusting, lambda: domain_attempts(hook["id"]))
+        assert "CERTIFICATE_VERIFY_FAILED" in domain_attempts(hook["id"])[0].error
+        trusting = dispatchers(tls_cafile=str(ca.cafile), webhook_retry_schedule=(0.01,) * 3)
+        dispatch_until(trusting, lambda: len(secure.delivered()) == 1)
+    finally:
+        secure.stop()
