@@ -15,12 +15,17 @@ import itertools
 import random
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+import dns.asyncresolver
 
 from layang.config import Config
 from layang.delivery.mx import Destination, MxHost, MxResolver
 from layang.delivery.shaping import Shaping
 from layang.delivery.smtp import Refused, SmtpSession
+from layang.delivery.tls_policy import TlsSettings, ssl_context
+from layang.delivery.tls_policy import dns_resolver as policy_resolver
 
 CONNECT_TIMEOUT = 30.0
 REPLY_TIMEOUT = 120.0
@@ -48,6 +53,10 @@ class MxRoute:
         ) or (Source(None, ehlo),)
         self._turn = itertools.cycle(self.sources)
         self.resolver: MxResolver | None = None  # made on the engine's loop
+        self._dns: dns.asyncresolver.Resolver | None = None
+        self.tls_settings = TlsSettings.from_config(config)
+        # STARTTLS whenever offered; the certificate is checked afterwards, by the policy.
+        self.tls_context = ssl_context(False, config.tls_cafile or None)
 
     def __repr__(self) -> str:
         return f"<MxRoute port={self.port} sources={len(self.sources)}>"
@@ -56,6 +65,12 @@ class MxRoute:
         if self.resolver is None:
             self.resolver = MxResolver.from_config(self.config, self.shaping)
         return self.resolver
+
+    def dns_resolver(self) -> dns.asyncresolver.Resolver:
+        """The resolver of transport policies (asks for DNSSEC data, for DANE)."""
+        if self._dns is None:
+            self._dns = policy_resolver(self.config)
+        return self._dns
 
     def next_source(self) -> Source:
         return next(self._turn)
@@ -67,22 +82,7 @@ class MxRoute:
         """Nothing to drop: the engine owns the sessions."""
 
 
-def opportunistic_context() -> ssl.SSLContext:
-    """STARTTLS whenever offered, any certificate (recorded as not verified)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def verifying_context(cafile: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if cafile:
-        context.load_verify_locations(cafile)
-    return context
-
-
-_OPPORTUNISTIC = opportunistic_context()
+_OPPORTUNISTIC = ssl_context(False)
 
 
 async def open_session(
@@ -92,12 +92,17 @@ async def open_session(
     tls: str = "may",
     context: ssl.SSLContext | None = None,
     hosts: tuple[str, ...] | None = None,
+    plaintext_fallback: bool = True,
+    check: Callable[[SmtpSession], Awaitable[str | None]] | None = None,
 ) -> SmtpSession:
     """A session to the first MX host of ``destination`` that takes one; raises the last
-    :class:`Refused` when none does. ``hosts`` limits the MX names tried (a policy's)."""
+    :class:`Refused` when none does. ``hosts`` limits the MX names tried (a policy's);
+    ``check`` looks at each session set up (its TLS) and returns why it may not carry the
+    mail, or None (then it is used)."""
+    allowed = None if hosts is None else {h.lower().rstrip(".") for h in hosts}
     last: Refused | None = None
     for host in _in_order(destination.hosts):
-        if hosts is not None and host.name not in hosts:
+        if allowed is not None and host.name.lower().rstrip(".") not in allowed:
             continue
         for address in host.addresses:
             source = route.next_source()
@@ -112,12 +117,23 @@ async def open_session(
                 timeout=REPLY_TIMEOUT,
                 connect_timeout=CONNECT_TIMEOUT,
                 source_address=_family_match(source.address, address),
+                plaintext_fallback=plaintext_fallback,
             )
             try:
                 await session.open()
             except Refused as refused:
+                if refused.kind == "tls" and check is not None:
+                    refusal = await check(session)
+                    if refusal is not None:
+                        refused = Refused("tls", 451, refusal)
                 last = refused
                 continue
+            if check is not None:
+                refusal = await check(session)
+                if refusal is not None:
+                    await session.close()
+                    last = Refused("tls", 451, refusal)
+                    continue
             return session
     if last is None:
         raise Refused("connect", 0, f"no MX host of {destination.domain} may be tried")

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
-from layang.delivery import sites
-from layang.delivery.direct import MxRoute, open_session, verifying_context
+from layang.delivery import sites, tls_policy
+from layang.delivery.direct import MxRoute, open_session
 from layang.delivery.mx import TEMPORARY, MxFailure, remember_sites
 from layang.delivery.mx import Destination as MxDestination
 from layang.delivery.queue import ClaimedRecipient
@@ -41,12 +41,18 @@ from layang.delivery.routes import Route
 from layang.delivery.shaping import SiteRule
 from layang.delivery.sites import is_slow_down
 from layang.delivery.smtp import Envelope, Refused, SmtpSession, Stale
+from layang.delivery.tls_policy import OPPORTUNISTIC, TransportPolicy
+from layang.mail import tlsrpt
+from layang.mail.message import REQUIRETLS
 from layang.metrics import site_outcome
 
 log = logging.getLogger("layang.engine")
 
 IDLE_SECONDS = 30.0
 """A session unused for this long is closed."""
+POLICY_SECONDS = 60.0
+"""A domain's transport policy is looked at again after this long (MTA-STS is cached in the
+database for its max_age; this only spares the TXT look-up on every batch)."""
 MX_IDLE_SECONDS = 2.0
 """A session to an MX site unused for this long is closed (as Postfix's connection cache)."""
 MAX_UNRECORDED = 100
@@ -99,6 +105,7 @@ class Destination:
     rule: SiteRule | None = None
     blocked_until: float = 0.0  # no new session before (monotonic): the site is at its limit
     paused: bool = False  # the site asked to slow down: the sessions stop
+    policy: TransportPolicy | None = None  # direct to MX: what the domain(s) ask of TLS
 
 
 class Engine:
@@ -129,6 +136,7 @@ class Engine:
             max_workers=1, thread_name_prefix="site-state"
         )
         self._last_success: dict[str, float] = {}
+        self._policies: dict[str, tuple[float, TransportPolicy]] = {}
         self._next_slot_renewal = time.monotonic()
         self.helo_name = helo_name
         self.unrecorded = unrecorded
@@ -228,21 +236,29 @@ class Engine:
                 reply = f"451 4.4.3 looking up {domain} failed: {error}"
                 self._finish(job, RecipientResult(job.recipient.address, 451, reply, DEFERRED))
             return
+        policy = await self._policy(route, resolved)
         jobs = self._resolving.pop(domain, [])
-        key = f"mx:{resolved.site}"
+        # Domains without a policy of their own share their site's sessions; one with a policy
+        # gets sessions checked against it (still within the site's shared limits).
+        plain = (
+            policy.kind == OPPORTUNISTIC and not policy.required and policy.fetch_failure is None
+        )
+        key = f"mx:{resolved.site}" if plain else f"mx:{resolved.site}|{domain}"
         destination = self.destinations.get(key)
-        if destination is None:
+        if destination is None or destination.policy != policy:
             rule = resolved.rule
             limit = min(self.connections, rule.connections * len(route.sources))
-            destination = Destination(
-                key,
-                jobs[0].route,
-                limit,
-                rule.messages_per_connection,
-                site=resolved.site,
-                rule=rule,
-            )
-            self.destinations[key] = destination
+            if destination is None:
+                destination = Destination(
+                    key,
+                    jobs[0].route,
+                    limit,
+                    rule.messages_per_connection,
+                    site=resolved.site,
+                    rule=rule,
+                )
+                self.destinations[key] = destination
+            destination.policy = policy
         for job in jobs:
             job.mx = resolved
             destination.queue.append(job)
@@ -320,6 +336,12 @@ class Engine:
                 session = await self._open(destination, job)
             if session is None:
                 return None
+        if job.envelope.requiretls and destination.site is not None:
+            refusal = self._requiretls_refusal(destination, session)
+            if refusal is not None:
+                bounce = RecipientResult(job.recipient.address, 550, refusal, BOUNCED)
+                self._finish(job, bounce)
+                return session
         if destination.rule is not None and destination.rule.rate:
             wait = await self._state(
                 sites.take_rate, destination.site, destination.rule.rate, default=0.0
@@ -455,6 +477,73 @@ class Engine:
 
         return await self.loop.run_in_executor(self._site_state, call)
 
+    async def _policy(self, route: MxRoute, resolved: MxDestination) -> TransportPolicy:
+        """The transport policy of a resolved domain (DANE, MTA-STS, a shaping rule's
+        ``tls = "required"``, else opportunistic), kept for a minute."""
+        cached = self._policies.get(resolved.domain)
+        now = time.monotonic()
+        hosts = tuple(h.name for h in resolved.hosts)
+        if cached is not None and cached[0] > now and cached[1].mx_hosts == hosts:
+            return cached[1]
+        try:
+            policy = await tls_policy.policy_for(
+                resolved.domain, hosts, route.dns_resolver(), settings=route.tls_settings
+            )
+        except Exception:  # never lose mail to a policy look-up bug: no policy then
+            log.exception("transport policy of %s failed", resolved.domain)
+            policy = TransportPolicy(resolved.domain, mx_hosts=hosts)
+        if resolved.rule.tls == "required":
+            policy = policy.requiring_tls()
+        if len(self._policies) > 10_000:
+            self._policies.clear()
+        self._policies[resolved.domain] = (now + POLICY_SECONDS, policy)
+        return policy
+
+    async def _tls_check(
+        self, route: MxRoute, policy: TransportPolicy, domain: str, smtp: SmtpSession
+    ) -> str | None:
+        """Whether ``smtp`` meets ``policy`` (None) or why not; its TLS goes in the session's
+        events and, for TLS-RPT, in the day's counts of ``domain``."""
+        check = tls_policy.check_session(
+            policy,
+            smtp.host,
+            None if smtp.closed else smtp.ssl_object,
+            smtp.offered_starttls,
+            error=smtp.tls_error,
+            cafile=route.config.tls_cafile or None,
+        )
+        smtp.tls_info = check.tls
+        if route.config.tlsrpt and (policy.kind != OPPORTUNISTIC or check.failure_type):
+            await self._state(
+                tlsrpt.record_session,
+                domain,
+                policy,
+                smtp.host,
+                check.ok and check.succeeded,
+                check.failure_type,
+                check.failure,
+            )
+        return None if check.ok else check.reply
+
+    def _requiretls_refusal(self, destination: Destination, session: Session) -> str | None:
+        """Why a REQUIRETLS message may not go over ``session`` (RFC 8689: verified TLS, by
+        MTA-STS, DANE or the MX name's certificate, to a server offering REQUIRETLS)."""
+        smtp = session.inner if isinstance(session, _Counted) else None
+        if not isinstance(smtp, SmtpSession):
+            return None
+        policy = destination.policy or TransportPolicy(smtp.host, mx_hosts=(smtp.host,))
+        route = destination.route.transport
+        check = tls_policy.check_session(
+            policy,
+            smtp.host,
+            smtp.ssl_object,
+            smtp.offered_starttls,
+            requirement=REQUIRETLS,
+            requiretls_advertised=smtp.has("REQUIRETLS"),
+            cafile=(route.config.tls_cafile or None) if isinstance(route, MxRoute) else None,
+        )
+        return None if check.ok else check.reply
+
     async def _open_mx(self, destination: Destination, job: Job) -> Session | None:
         """A session to ``destination``'s site, if its shared state lets one start: a paused
         or suspended site has its waiting mail held (a ``Delay`` once, with the reason), a site
@@ -476,10 +565,22 @@ class Engine:
             return None
         await self._make_room()
         self.open_sessions += 1
-        tls = "required" if destination.rule.tls == "required" else "may"
-        context = verifying_context() if tls == "required" else None
+        policy = destination.policy or TransportPolicy(
+            job.mx.domain, mx_hosts=tuple(h.name for h in job.mx.hosts)
+        )
+
+        async def check(smtp: SmtpSession) -> str | None:
+            return await self._tls_check(route, policy, job.mx.domain, smtp)  # type: ignore[union-attr]
+
         try:
-            smtp = await open_session(route, job.mx, tls=tls, context=context)
+            smtp = await open_session(
+                route,
+                job.mx,
+                context=route.tls_context,
+                hosts=policy.mx_hosts,
+                plaintext_fallback=not policy.requires_verified_tls,
+                check=check,
+            )
         except Refused as refused:
             self.open_sessions -= 1
             if slot:
@@ -487,7 +588,7 @@ class Engine:
             reply = refused.reply
             if is_slow_down(reply):
                 await self._state(sites.slow_down, site, reply, ceiling, throttle=self.throttle)
-            else:
+            elif refused.kind != "tls":  # a policy not met says nothing of the site's health
                 await self._state(
                     sites.connect_failure, site, reply, ceiling, throttle=self.throttle
                 )

@@ -97,6 +97,7 @@ class SmtpSession:
         source_address: str | None = None,
         pipelining: bool = True,
         policy: str | None = None,
+        plaintext_fallback: bool = True,
     ) -> None:
         """``tls`` is ``may`` (STARTTLS when offered), ``required`` or ``off``; ``context`` is
         used for TLS, with ``server_hostname`` (default ``host``) for SNI and name checks."""
@@ -113,12 +114,15 @@ class SmtpSession:
         self.connect_timeout = connect_timeout or timeout
         self.policy = policy or ("required" if tls == "required" else "opportunistic")
         self.source_address = source_address
+        self.plaintext_fallback = plaintext_fallback
+        self.offered_starttls = False
         self.pipelining = pipelining
         self.where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.extensions: dict[str, str] = {}
         self.greeting = ""
         self.peer = self.address
         self.tls_info: dict[str, Any] | None = None
+        self.tls_error: BaseException | None = None
         self.transactions = 0
         self.last_used = time.monotonic()
         self.closed = False
@@ -139,6 +143,7 @@ class SmtpSession:
             await self._open(starttls)
         except _PlaintextRetry:
             self._abort()
+            self.closed = False
             await self._open(False)
 
     async def _open(self, starttls: bool) -> None:
@@ -191,6 +196,8 @@ class SmtpSession:
             for line in lines[1:]:
                 name, _, value = line.strip().partition(" ")
                 self.extensions[name.upper()] = value
+            if self.tls_info is None and "STARTTLS" in self.extensions:
+                self.offered_starttls = True
             return
         code, text = await self._command(f"HELO {self.helo_name}")
         if code != 250:
@@ -220,7 +227,8 @@ class SmtpSession:
                 self.timeout,
             )
         except (TimeoutError, ssl.SSLError, OSError) as error:
-            if required:
+            if required or not self.plaintext_fallback:
+                self.tls_error = error
                 raise Refused("tls", 0, self._describe(error)) from None
             # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
             raise _PlaintextRetry from None
