@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -67,6 +68,8 @@ class MxServer(Upstream):
         greylist: bool = False,
         refuse: bool = False,
         pipelining: bool = True,
+        tls_context: ssl.SSLContext | None = None,
+        requiretls: bool = False,
     ) -> None:
         self.name = name
         self.slow_down_after = slow_down_after
@@ -78,7 +81,13 @@ class MxServer(Upstream):
         self.slow_downs = 0
         self._greylisted: set[tuple[str, str]] = set()
         self._count_lock = threading.Lock()
-        super().__init__(host=host, port=port, pipelining=pipelining)
+        super().__init__(
+            host=host,
+            port=port,
+            pipelining=pipelining,
+            tls_context=tls_context,
+            requiretls=requiretls,
+        )
         self.latency = latency  # before every reply (tests.upstream), the greeting included
         self._sessions = _SessionCount(self)
 
