@@ -88,7 +88,9 @@ class Transmission(BaseModel):
     stream = peewee.CharField(
         max_length=16, default=TRANSACTIONAL, constraints=[peewee.SQL("DEFAULT 'transactional'")]
     )
-    from_domain = peewee.CharField(max_length=253, default="", constraints=[peewee.SQL("DEFAULT ''")])
+    from_domain = peewee.CharField(
+        max_length=253, default="", constraints=[peewee.SQL("DEFAULT ''")]
+    )
 
 
 class Recipient(BaseModel):
