@@ -19,7 +19,15 @@ from layang.db import Batch, insert_atomically, new_id
 from layang.mail.events import event_batches, injection_batches
 from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
-from layang.models import INJECTION, SUPPRESSED, Account, Recipient, Transmission
+from layang.models import (
+    INJECTION,
+    STREAM_PRIORITY,
+    SUPPRESSED,
+    TRANSACTIONAL,
+    Account,
+    Recipient,
+    Transmission,
+)
 
 log = logging.getLogger("layang.outbox")
 
@@ -35,6 +43,8 @@ TRANSMISSION_FIELDS = (
     "metadata",
     "payload",
     "raw",
+    "stream",
+    "from_domain",
 )
 RECIPIENT_FIELDS = (
     "id",
@@ -47,6 +57,7 @@ RECIPIENT_FIELDS = (
     "updated_at",
     "attempts",
     "next_attempt_at",
+    "priority",
 )
 
 
@@ -70,6 +81,17 @@ class Submission:
     message: OutgoingMessage | None = None
     raw: bytes | None = None
     suppressed: Mapping[str, str] = field(default_factory=dict)
+    stream: str = TRANSACTIONAL
+
+    @property
+    def from_domain(self) -> str:
+        """The domain of the From header, lower-cased: the sending domain the circuit breaker
+        counts for."""
+        try:
+            address = json.loads(self.from_header)["email"]
+        except (ValueError, KeyError, TypeError):
+            address = self.mail_from
+        return address.rpartition("@")[2].rstrip(".").lower()
 
 
 def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()) -> None:
@@ -93,19 +115,22 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         json.dumps(submission.metadata),
         payload,
         submission.raw,
+        submission.stream,
+        submission.from_domain,
     )
     recipient_rows = []
     injected: list[str] = []
     suppressed_events = []
+    priority = STREAM_PRIORITY[submission.stream]
     for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
         reason = submission.suppressed.get(address.lower())
         if reason is None:
             row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created))
+            recipient_rows.append((*row, created, created, 0, created, priority))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
-            recipient_rows.append((*row, created, created, 0, None))
+            recipient_rows.append((*row, created, created, 0, None, priority))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     insert_atomically(
         [
@@ -156,6 +181,7 @@ def queue_message(
         recipients=recipients,
         message=message,
         suppressed=suppressed,
+        stream=message.stream,
     )
     enqueue(account, submission, also)
     log.info(
