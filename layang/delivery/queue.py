@@ -31,7 +31,17 @@ log = logging.getLogger("layang.outbox")
 
 RECIPIENTS = LeasedTable(
     "recipient",
-    returning=("id", "transmission_id", "address", "attempts", "created_at", "next_attempt_at"),
+    returning=(
+        "id",
+        "transmission_id",
+        "address",
+        "attempts",
+        "created_at",
+        "next_attempt_at",
+        "priority",
+    ),
+    # Transactional mail (priority 0) first when both streams wait (contract 17).
+    order='"priority", "next_attempt_at"',
 )
 
 
@@ -78,9 +88,10 @@ class QueuedTransmission:
 
 
 def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[ClaimedRecipient]:
-    """Lease up to ``limit`` due recipients to ``owner`` and return them, oldest due first."""
+    """Lease up to ``limit`` due recipients to ``owner`` and return them, transactional before
+    broadcast, oldest due first."""
     rows = RECIPIENTS.claim(owner, limit, lease_seconds)
-    rows.sort(key=lambda row: (row[5], row[0]))
+    rows.sort(key=lambda row: (row[6], row[5], row[0]))
     return [ClaimedRecipient(*row[:5]) for row in rows]
 
 
