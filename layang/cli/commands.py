@@ -15,7 +15,7 @@ from layang.cli.send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError, describe_settings
 from layang.db import database, open_database
-from layang.domain import accounts, sending_domains
+from layang.domain import accounts, breaker, sending_domains
 from layang.domain.errors import LayangError, NotFound
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
@@ -46,6 +46,14 @@ UNAVAILABLE_STATUS = 1
 # its parts (tests/test_cli.py checks them against what the command actually reads).
 STORE = ("data_dir", "database_url")
 LOGS = ("log_level", "log_format")
+BREAKER = (
+    "breaker_min_messages",
+    "breaker_bounce_warn",
+    "breaker_bounce_pause",
+    "breaker_complaint_warn",
+    "breaker_complaint_pause",
+    "pause_transactional",
+)
 API = (
     "http_bind",
     "public_url",
@@ -60,6 +68,7 @@ API = (
     "relay_url",  # its host goes in the SPF record a sending domain should publish
     "webhook_allow_private",
     "bounce_domain",
+    *BREAKER,
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -74,6 +83,7 @@ SUBMISSION = (
     "max_message_bytes",
     "require_verified_domain",
     "rate_limit",
+    *BREAKER,
 )
 DELIVERY = (
     "relay_url",
@@ -89,6 +99,7 @@ DELIVERY = (
     "bounce_domain",  # the mailto: of List-Unsubscribe
     "webhook_retry_schedule",
     "webhook_allow_private",
+    "source_pools",  # the source addresses of each stream
 )
 INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
@@ -356,6 +367,19 @@ def accounts_create(name: str, live: bool) -> None:
     with domain_errors():
         account = accounts.create_account(name, live=live)
     emit({"id": account.id, "name": account.name, "mode": account.mode})
+
+
+@Uses(Needs(EXISTING), STORE)
+@accounts_group.command("resume")
+@click.argument("name")
+def accounts_resume(name: str) -> None:
+    """Lift the circuit breaker's pause of account NAME and its domains, starting their 24 h
+    window afresh; prints {"account", "lifted"}."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        lifted = breaker.resume(account_named(name, config))
+    emit({"account": name, "lifted": lifted})
 
 
 @main.group("keys")
