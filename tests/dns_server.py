@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import MX, QTYPE, RCODE, RR, TXT, DNSError, DNSRecord
+from dnslib import AAAA, MX, PTR, QTYPE, RCODE, RR, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -37,6 +37,18 @@ class Zone(BaseResolver):
 
     def add_mx(self, name: str, preference: int, host: str) -> None:
         self.records.setdefault((_name(name), "MX"), []).append(MX(host, preference))
+
+    def add_address(self, name: str, address: str) -> None:
+        """An A or AAAA record, by the address's kind."""
+        kind, rdata = ("AAAA", AAAA(address)) if ":" in address else ("A", A(address))
+        self.records.setdefault((_name(name), kind), []).append(rdata)
+
+    def add_ptr(self, address: str, host: str) -> None:
+        """The reverse record of ``address`` (an IPv4 or IPv6 address), naming ``host``."""
+        import ipaddress
+
+        name = ipaddress.ip_address(address).reverse_pointer
+        self.records.setdefault((_name(name), "PTR"), []).append(PTR(host))
 
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):

@@ -18,6 +18,7 @@ from layang.api.fields import (
     Timestamp,
     page_schema,
 )
+from layang.domain.compliance import Compliance, check_compliance
 from layang.domain.sending_domains import (
     DomainState,
     create_domain,
@@ -161,3 +162,34 @@ class KeyBySelector(MethodView):
     def delete(self, domain: str, selector: str) -> None:
         """Delete a DKIM key"""
         delete_key(g.account, domain, selector)
+
+
+class RuleSchema(ma.Schema):
+    id = fields.String(
+        metadata={
+            "description": "spf, dkim, dmarc, ptr, tls, unsubscribe or complaint_rate.",
+        }
+    )
+    title = fields.String()
+    status = fields.String(metadata={"description": "ok, fail or unknown (Layang cannot tell)."})
+    found = fields.String(metadata={"description": "What the check found."})
+    fix = fields.String(metadata={"description": "What to do about it; empty when nothing."})
+
+
+class ComplianceSchema(ma.Schema):
+    domain = fields.String()
+    rules = fields.List(fields.Nested(RuleSchema))
+
+
+@blp.route("/domains/<domain>/compliance")
+class DomainCompliance(MethodView):
+    @blp.response(200, ComplianceSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def get(self, domain: str) -> Compliance:
+        """Check the large providers' rules for bulk senders
+
+        SPF and DKIM aligned with From, DMARC published, forward-confirmed PTR for every source
+        address, TLS to the provider's MX, one-click unsubscribe on broadcast mail, complaint
+        rate under 0.3 %: each rule checked now, with what was found and the fix.
+        """
+        return check_compliance(g.account, domain, service_config())
