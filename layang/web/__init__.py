@@ -8,6 +8,7 @@ import flask
 from layang.web import (
     consent_page,
     console,
+    console_guardrails,
     console_suppressions,
     console_webhooks,
     error_pages,
@@ -28,6 +29,7 @@ unsubscribe_page.register(web)
 console.register(web)
 console_suppressions.register(web)
 console_webhooks.register(web)
+console_guardrails.register(web)
 error_pages.register(web)
 
 
