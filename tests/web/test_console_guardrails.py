@@ -10,6 +10,7 @@ import pytest
 from layang.domain import accounts
 from layang.domain.dmarc import store_reports
 from layang.inbound.dmarc_reports import read_aggregate_reports
+from layang.models import Recipient
 from tests.browser import screenshot
 from tests.conftest import drain
 from tests.inbound.test_dmarc import all_four
@@ -87,3 +88,8 @@ def test_banner_dmarc_chart_and_requirements_in_a_browser(
     assert "layang accounts resume acme" in text
     assert "the domain example.com" in banners.nth(1).inner_text()
     screenshot(page, "console-breaker-banner")
+
+    # A record shows its stream.
+    record = Recipient.get(Recipient.address == "success+0@" + SIM)
+    page.goto(f"{live_server}/console/activity/{record.id}")
+    assert page.locator("dd.stream").inner_text() == "transactional"
