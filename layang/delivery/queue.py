@@ -68,13 +68,14 @@ class QueuedTransmission:
     raw: bytes | None
     account_id: int = 0
     from_header: str = ""
+    stream: str = "transactional"
 
     @property
     def is_transactional(self) -> bool:
         """Whether the message is transactional (see ``OutgoingMessage.is_transactional``);
-        SMTP submissions always are."""
+        an SMTP submission is unless its X-Layang-Stream said broadcast."""
         if self.payload is None:
-            return True
+            return self.stream != "broadcast"
         return OutgoingMessage.from_payload(json.loads(self.payload)).is_transactional
 
     @property
@@ -101,7 +102,8 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
         return {}
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
-        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header" '
+        'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header", '
+        '"stream" '
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )

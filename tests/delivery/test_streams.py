@@ -145,3 +145,19 @@ def test_a_bad_smtp_stream_header_is_refused_naming_it(server, smtp_config):
         "5.6.0 X-Layang-Stream: 'bulk' is not a stream: use transactional or broadcast."
     )
     assert Transmission.select().count() == 0
+
+
+def test_an_unsubscribe_while_smtp_broadcast_mail_waits_stops_it_there(
+    server, smtp_config, upstream, relay_to
+):
+    account = accounts.create_account("shop", live=True)
+    key = accounts.create_api_key(account)[1]
+    smtp_send(smtp_config, "shop", key, "ana@rcpt.test", "broadcast")
+    smtp_send(smtp_config, "shop", key, "ana@rcpt.test", None)
+    Suppression.create(
+        account=account.id, email="ana@rcpt.test", email_key="ana@rcpt.test", reason="unsubscribe"
+    )
+    drain(relay_to(upstream))
+    statuses = {t.stream: t.recipients[0].status for t in Transmission.select()}
+    assert statuses == {"broadcast": "Suppressed", "transactional": "Delivery"}
+    assert len(upstream.received) == 1
