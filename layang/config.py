@@ -183,6 +183,67 @@ def _address(raw: str, name: str) -> str:
     return value
 
 
+def _fraction(raw: str, name: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a fraction such as 0.05, not {raw!r}") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"{name} must be above 0 and at most 1 (0.05 is 5 %), not {raw!r}")
+    return value
+
+
+SourcePools = tuple[tuple[str, tuple[str, ...]], ...]
+POOL_STREAMS = ("transactional", "broadcast")
+
+
+def parse_source_pools(raw: str, name: str) -> SourcePools:
+    """``stream:ip,ip;stream:ip`` as (stream, addresses) pairs, each stream once."""
+    pools: dict[str, tuple[str, ...]] = {}
+    for part in raw.split(";"):
+        if not part.strip():
+            continue
+        stream, colon, listed = part.partition(":")
+        stream = stream.strip().lower()
+        if not colon or stream not in POOL_STREAMS:
+            raise ConfigError(
+                f"{name} must look like transactional:ip,ip;broadcast:ip, not {part.strip()!r}"
+            )
+        if stream in pools:
+            raise ConfigError(f"{name} names the {stream} stream twice")
+        addresses = []
+        for item in listed.split(","):
+            try:
+                addresses.append(str(ipaddress.ip_address(item.strip())))
+            except ValueError:
+                raise ConfigError(
+                    f"{name} must list IP addresses: "
+                    f"{item.strip()!r} in the {stream} pool is not one"
+                ) from None
+        pools[stream] = tuple(addresses)
+    if not pools:
+        raise ConfigError(f"{name} must look like transactional:ip,ip;broadcast:ip")
+    return tuple(pools.items())
+
+
+def check_pools_within(pools: SourcePools, source_addresses: str) -> None:
+    """Raise ``ConfigError`` unless every pooled address is one of ``LAYANG_SOURCE_ADDRESSES``
+    (when that is set)."""
+    allowed = set()
+    for item in source_addresses.split(","):
+        with contextlib.suppress(ValueError):
+            allowed.add(str(ipaddress.ip_address(item.strip())))
+    if not source_addresses.strip():
+        return
+    for stream, addresses in pools:
+        for address in addresses:
+            if address not in allowed:
+                raise ConfigError(
+                    f"LAYANG_SOURCE_POOLS: {address} ({stream}) is not one of "
+                    "LAYANG_SOURCE_ADDRESSES; add it there or remove it from the pool"
+                )
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -313,6 +374,20 @@ class Config:
     tlsrpt_from: str = _setting(
         "LAYANG_TLSRPT_FROM", _address, shown="tls-reports@<LAYANG_BOUNCE_DOMAIN>", default=""
     )
+    # Deliverability guardrails (contract 17).
+    source_pools: SourcePools = _setting(  # noqa: RUF009
+        "LAYANG_SOURCE_POOLS", parse_source_pools, shown="unset (every stream: any)", default=()
+    )
+    breaker_min_messages: int = _setting("LAYANG_BREAKER_MIN_MESSAGES", _integer, default=500)
+    breaker_bounce_warn: float = _setting("LAYANG_BREAKER_BOUNCE_WARN", _fraction, default=0.05)
+    breaker_bounce_pause: float = _setting("LAYANG_BREAKER_BOUNCE_PAUSE", _fraction, default=0.10)
+    breaker_complaint_warn: float = _setting(
+        "LAYANG_BREAKER_COMPLAINT_WARN", _fraction, default=0.001
+    )
+    breaker_complaint_pause: float = _setting(
+        "LAYANG_BREAKER_COMPLAINT_PAUSE", _fraction, default=0.005
+    )
+    pause_transactional: bool = _setting("LAYANG_PAUSE_TRANSACTIONAL", _boolean, default=False)
 
     def __post_init__(self) -> None:
         if not self.secret_key:
@@ -369,6 +444,8 @@ class Config:
                     ) from None
             else:
                 values["secret_key"] = secrets.token_urlsafe(48)
+        if "source_pools" in values:
+            check_pools_within(values["source_pools"], env.get("LAYANG_SOURCE_ADDRESSES", ""))
         return cls(**values)
 
     def follows_data_dir(self, name: str) -> bool:
@@ -400,6 +477,10 @@ class Config:
     @property
     def smtp_host_port(self) -> tuple[str, int]:
         return parse_bind(self.smtp_bind, "LAYANG_SMTP_BIND")
+
+    def source_pool(self, stream: str) -> tuple[str, ...]:
+        """The source addresses ``LAYANG_SOURCE_POOLS`` gives ``stream``; empty means any."""
+        return dict(self.source_pools).get(stream, ())
 
 
 def _data_dir_defaults(data_dir: Path) -> dict[str, str]:

@@ -426,6 +426,71 @@ def _message_tls_requirement(t: Dialect) -> list[str]:
     return ['ALTER TABLE "transmission" ADD COLUMN "tls_requirement" VARCHAR(16)']
 
 
+def _streams_and_breaker(t: Dialect) -> list[str]:
+    return [
+        """ALTER TABLE "transmission" ADD COLUMN "stream" VARCHAR(16) NOT NULL """
+        """DEFAULT 'transactional'""",
+        """ALTER TABLE "transmission" ADD COLUMN "from_domain" VARCHAR(253) NOT NULL DEFAULT ''""",
+        'ALTER TABLE "recipient" ADD COLUMN "priority" INTEGER NOT NULL DEFAULT 0',
+        'CREATE INDEX "recipient_priority_next_attempt_at" '
+        'ON "recipient" ("priority", "next_attempt_at")',
+        f"""CREATE TABLE "breaker_count" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "domain" VARCHAR(253) NOT NULL,
+            "bucket" {t.bigint} NOT NULL,
+            "sent" INTEGER NOT NULL,
+            "hard_bounces" INTEGER NOT NULL,
+            "complaints" INTEGER NOT NULL,
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE UNIQUE INDEX "breaker_count_account_id_domain_bucket" '
+        'ON "breaker_count" ("account_id", "domain", "bucket")',
+        f"""CREATE TABLE "breaker_state" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "domain" VARCHAR(253) NOT NULL,
+            "level" INTEGER NOT NULL,
+            "reason" TEXT NOT NULL,
+            "changed_at" {t.bigint} NOT NULL,
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)""",
+        'CREATE UNIQUE INDEX "breaker_state_account_id_domain" '
+        'ON "breaker_state" ("account_id", "domain")',
+    ]
+
+
+def _dmarc_reports(t: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE "dmarc_report" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "domain" VARCHAR(253) NOT NULL,
+            "org_name" TEXT NOT NULL,
+            "report_id" VARCHAR(255) NOT NULL,
+            "begins_at" {t.bigint} NOT NULL,
+            "ends_at" {t.bigint} NOT NULL,
+            "received_at" {t.bigint} NOT NULL)""",
+        'CREATE INDEX "dmarc_report_domain" ON "dmarc_report" ("domain")',
+        'CREATE UNIQUE INDEX "dmarc_report_org_name_report_id" '
+        'ON "dmarc_report" ("org_name", "report_id")',
+        f"""CREATE TABLE "dmarc_record" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "report_id" INTEGER NOT NULL,
+            "domain" VARCHAR(253) NOT NULL,
+            "begins_at" {t.bigint} NOT NULL,
+            "source_ip" VARCHAR(45) NOT NULL,
+            "count" INTEGER NOT NULL,
+            "disposition" VARCHAR(16) NOT NULL,
+            "dkim" VARCHAR(16) NOT NULL,
+            "spf" VARCHAR(16) NOT NULL,
+            "dkim_aligned" INTEGER NOT NULL,
+            "spf_aligned" INTEGER NOT NULL,
+            "header_from" VARCHAR(253) NOT NULL,
+            "dkim_domains" TEXT NOT NULL,
+            FOREIGN KEY ("report_id") REFERENCES "dmarc_report" ("id") ON DELETE CASCADE)""",
+        'CREATE INDEX "dmarc_record_report_id" ON "dmarc_record" ("report_id")',
+        'CREATE INDEX "dmarc_record_domain_begins_at" ON "dmarc_record" ("domain", "begins_at")',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -439,6 +504,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "console sessions", _console_sessions),
     Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),
     Migration(17, "REQUIRETLS and TLS-Required: No on messages", _message_tls_requirement),
+    Migration(14, "streams and the circuit breaker", _streams_and_breaker),
+    Migration(15, "DMARC aggregate reports", _dmarc_reports),
 )
 
 

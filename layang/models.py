@@ -28,6 +28,14 @@ CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
+WARNING = "Warning"
+"""Not an email's event: the circuit breaker's, about an account or domain (contract 17)."""
+
+# Streams (contract 17): transactional mail is claimed before broadcast mail (``priority``).
+TRANSACTIONAL = "transactional"
+BROADCAST = "broadcast"
+STREAMS = (TRANSACTIONAL, BROADCAST)
+STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
 EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
 
 
@@ -79,6 +87,12 @@ class Transmission(BaseModel):
     raw = peewee.BlobField(null=True)
     # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
     tls_requirement = peewee.CharField(max_length=16, null=True)
+    stream = peewee.CharField(
+        max_length=16, default=TRANSACTIONAL, constraints=[peewee.SQL("DEFAULT 'transactional'")]
+    )
+    from_domain = peewee.CharField(
+        max_length=253, default="", constraints=[peewee.SQL("DEFAULT ''")]
+    )
 
 
 class Recipient(BaseModel):
@@ -106,12 +120,14 @@ class Recipient(BaseModel):
     # what a waiting recipient waits on (a throttled or suspended site), if anything.
     domain = peewee.TextField(null=True)
     waiting_on = peewee.TextField(null=True)
+    priority = peewee.IntegerField(default=0, constraints=[peewee.SQL("DEFAULT 0")])
 
     class Meta:
         indexes = (
             (("account", "id"), False),
             (("account", "status", "id"), False),
             (("domain", "next_attempt_at"), False),
+            (("priority", "next_attempt_at"), False),
         )
 
 
@@ -311,6 +327,7 @@ WEBHOOK_EVENT_TYPES = (
     CLICK,
     COMPLAINT,
     UNSUBSCRIBE,
+    WARNING,
 )
 WEBHOOK_PENDING = "pending"
 WEBHOOK_DELIVERED = "delivered"
@@ -531,3 +548,77 @@ class TlsReport(BaseModel):
 
 
 MODELS.extend([MtaStsPolicy, TlsSessionResult, TlsReport])
+
+
+class BreakerCount(BaseModel):
+    """The circuit breaker's counters (contract 17): messages that reached a final answer,
+    hard bounces and complaints of one account, in one ``bucket`` of ``BUCKET_MS``. ``domain``
+    is the From domain, or '' for the account as a whole. Written with the events they count
+    (``layang.mail.events``), so every process sees the same rates."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    domain = peewee.CharField(max_length=253)
+    bucket = peewee.BigIntegerField()
+    sent = peewee.IntegerField(default=0)
+    hard_bounces = peewee.IntegerField(default=0)
+    complaints = peewee.IntegerField(default=0)
+
+    class Meta:
+        indexes = ((("account", "domain", "bucket"), True),)
+
+
+class BreakerState(BaseModel):
+    """Where the breaker of an account (``domain`` '') or of one of its From domains stands:
+    ``level`` 0 clear, 1 warned, 2 broadcast paused. It only rises until
+    ``layang accounts resume``; ``reason`` names the rate that raised it."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    domain = peewee.CharField(max_length=253)
+    level = peewee.IntegerField(default=0)
+    reason = peewee.TextField(default="")
+    changed_at = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("account", "domain"), True),)
+
+
+MODELS.extend([BreakerCount, BreakerState])
+
+
+class DmarcReport(BaseModel):
+    """One DMARC aggregate report (RFC 7489) received for a domain: who sent it, which
+    period it covers. Unique per reporter and report id, so a report sent twice counts once."""
+
+    domain = peewee.CharField(max_length=253, index=True)
+    org_name = peewee.TextField()
+    report_id = peewee.CharField(max_length=255)
+    begins_at = peewee.BigIntegerField()
+    ends_at = peewee.BigIntegerField()
+    received_at = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("org_name", "report_id"), True),)
+
+
+class DmarcRecord(BaseModel):
+    """One row of a DMARC report: ``count`` messages from ``source_ip`` with their results.
+    ``dkim_domains`` are the DKIM signing domains that passed, between commas."""
+
+    report = peewee.ForeignKeyField(DmarcReport, on_delete="CASCADE")
+    domain = peewee.CharField(max_length=253)
+    begins_at = peewee.BigIntegerField()
+    source_ip = peewee.CharField(max_length=45)
+    count = peewee.IntegerField()
+    disposition = peewee.CharField(max_length=16)
+    dkim = peewee.CharField(max_length=16)
+    spf = peewee.CharField(max_length=16)
+    dkim_aligned = peewee.IntegerField()
+    spf_aligned = peewee.IntegerField()
+    header_from = peewee.CharField(max_length=253)
+    dkim_domains = peewee.TextField(default="")
+
+    class Meta:
+        indexes = ((("domain", "begins_at"), False),)
+
+
+MODELS.extend([DmarcReport, DmarcRecord])

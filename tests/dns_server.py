@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import AAAA, MX, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
+from dnslib import AAAA, MX, PTR, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -71,6 +71,13 @@ class Zone(BaseResolver):
         """An A record, or AAAA for an IPv6 address."""
         rtype, rdata = ("AAAA", AAAA(address)) if ":" in address else ("A", A(address))
         self.records.setdefault((_name(name), rtype), []).append(rdata)
+
+    def add_ptr(self, address: str, host: str) -> None:
+        """The reverse record of ``address`` (an IPv4 or IPv6 address), naming ``host``."""
+        import ipaddress
+
+        name = ipaddress.ip_address(address).reverse_pointer
+        self.records.setdefault((_name(name), "PTR"), []).append(PTR(host))
 
     def remove(self, name: str, rtype: str | None = None) -> None:
         for key in list(self.records):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -63,6 +65,13 @@ DOCUMENTED = {
     "dane": False,
     "tlsrpt": True,
     "tlsrpt_from": "",
+    "source_pools": (),
+    "breaker_min_messages": 500,
+    "breaker_bounce_warn": 0.05,
+    "breaker_bounce_pause": 0.10,
+    "breaker_complaint_warn": 0.001,
+    "breaker_complaint_pause": 0.005,
+    "pause_transactional": False,
 }
 
 
@@ -133,6 +142,13 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_DANE": "true",
         "LAYANG_TLSRPT": "false",
         "LAYANG_TLSRPT_FROM": "tls-reports@example.com",
+        "LAYANG_SOURCE_POOLS": "transactional:192.0.2.1,192.0.2.2;broadcast:192.0.2.3",
+        "LAYANG_BREAKER_MIN_MESSAGES": "100",
+        "LAYANG_BREAKER_BOUNCE_WARN": "0.04",
+        "LAYANG_BREAKER_BOUNCE_PAUSE": "0.08",
+        "LAYANG_BREAKER_COMPLAINT_WARN": "0.002",
+        "LAYANG_BREAKER_COMPLAINT_PAUSE": "0.004",
+        "LAYANG_PAUSE_TRANSACTIONAL": "true",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")
@@ -144,6 +160,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
     assert config.dns_resolvers == (("127.0.0.1", 5353), ("::1", 53))
     assert (config.rate_limit.count, config.rate_limit.seconds) == (1000, 60)
     assert config.webhook_retry_schedule == (1, 1, 2)
+    assert config.source_pool("transactional") == ("192.0.2.1", "192.0.2.2")
+    assert config.source_pool("broadcast") == ("192.0.2.3",)
     assert not (empty_dir / "data").exists()  # a key from the environment writes nothing
 
 
@@ -193,6 +211,14 @@ def test_a_config_always_has_a_secret_key():
         ("LAYANG_LOG_FORMAT", "xml", "must be one of text, json"),
         ("LAYANG_REQUIRE_VERIFIED_DOMAIN", "maybe", "must be true or false"),
         ("LAYANG_DNS_RESOLVER", ",", "must list resolvers"),
+        ("LAYANG_SOURCE_POOLS", "bulk:192.0.2.1", "must look like transactional:ip,ip;broadcast"),
+        (
+            "LAYANG_SOURCE_POOLS",
+            "broadcast:192.0.2",
+            "must list IP addresses: '192.0.2' in the broadcast",
+        ),
+        ("LAYANG_BREAKER_BOUNCE_PAUSE", "10%", "must be a fraction such as 0.05"),
+        ("LAYANG_BREAKER_COMPLAINT_WARN", "2", "must be above 0 and at most 1"),
     ],
 )
 def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):
@@ -230,3 +256,32 @@ def test_the_data_directory_and_the_database_are_readable_by_their_owner_only(em
             assert stat.S_IMODE((data_dir / name).stat().st_mode) == 0o600, name
     finally:
         database.close()
+
+
+def test_source_pools_must_use_the_source_addresses_when_those_are_set(empty_dir):
+    pools = "transactional:192.0.2.1;broadcast:192.0.2.9"
+    environ = {"LAYANG_SOURCE_POOLS": pools, "LAYANG_SECRET_KEY": "k"}
+    assert Config.from_env(environ, dotenv=False).source_pool("broadcast") == ("192.0.2.9",)
+    with pytest.raises(ConfigError, match=r"^LAYANG_SOURCE_POOLS: 192\.0\.2\.9 \(broadcast\)"):
+        Config.from_env(environ | {"LAYANG_SOURCE_ADDRESSES": "192.0.2.1,192.0.2.2"}, dotenv=False)
+
+
+def test_a_bad_source_pool_stops_a_command_with_one_line(empty_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env |= {
+        "PYTHONPATH": str(ROOT),
+        "LAYANG_DATA_DIR": str(empty_dir / "data"),
+        "LAYANG_SOURCE_POOLS": "broadcast:192.0.2.9",
+        "LAYANG_SOURCE_ADDRESSES": "192.0.2.1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "layang", "db", "upgrade"],
+        cwd=empty_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("LAYANG_SOURCE_POOLS: 192.0.2.9 (broadcast) is not one of")

@@ -84,6 +84,7 @@ class ActivityRecordSchema(ma.Schema):
         data_key="eventsOmitted",
         metadata={"description": "How many stored events `events` leaves out (0 mostly)."},
     )
+    stream = fields.String(metadata={"description": "transactional or broadcast."})
 
 
 class ActivityQuerySchema(CursorQuerySchema):

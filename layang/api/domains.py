@@ -18,6 +18,8 @@ from layang.api.fields import (
     Timestamp,
     page_schema,
 )
+from layang.domain.compliance import Compliance, check_compliance
+from layang.domain.dmarc import DmarcFigures, dmarc_figures
 from layang.domain.sending_domains import (
     DomainState,
     create_domain,
@@ -161,3 +163,83 @@ class KeyBySelector(MethodView):
     def delete(self, domain: str, selector: str) -> None:
         """Delete a DKIM key"""
         delete_key(g.account, domain, selector)
+
+
+class RuleSchema(ma.Schema):
+    id = fields.String(
+        metadata={
+            "description": "spf, dkim, dmarc, ptr, tls, unsubscribe or complaint_rate.",
+        }
+    )
+    title = fields.String()
+    status = fields.String(metadata={"description": "ok, fail or unknown (Layang cannot tell)."})
+    found = fields.String(metadata={"description": "What the check found."})
+    fix = fields.String(metadata={"description": "What to do about it; empty when nothing."})
+
+
+class ComplianceSchema(ma.Schema):
+    domain = fields.String()
+    rules = fields.List(fields.Nested(RuleSchema))
+
+
+@blp.route("/domains/<domain>/compliance")
+class DomainCompliance(MethodView):
+    @blp.response(200, ComplianceSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def get(self, domain: str) -> Compliance:
+        """Check the large providers' rules for bulk senders
+
+        SPF and DKIM aligned with From, DMARC published, forward-confirmed PTR for every source
+        address, TLS to the provider's MX, one-click unsubscribe on broadcast mail, complaint
+        rate under 0.3 %: each rule checked now, with what was found and the fix.
+        """
+        return check_compliance(g.account, domain, service_config())
+
+
+class DmarcQuerySchema(CompatSchema):
+    from_ = fields.Date(
+        data_key="from",
+        metadata={"description": "First day (ISO 8601 date, UTC); default 30 days before `to`."},
+    )
+    to = fields.Date(metadata={"description": "Last day (ISO 8601 date, UTC); default today."})
+
+
+class DmarcSourceSchema(ma.Schema):
+    ip = fields.String()
+    count = fields.Integer(metadata={"description": "Messages the reports counted."})
+    spf = fields.String(metadata={"description": "SPF result: pass, fail, softfail, none…"})
+    dkim = fields.String(metadata={"description": "DKIM result: pass, fail, none…"})
+    spf_aligned = fields.Boolean(data_key="spfAligned")
+    dkim_aligned = fields.Boolean(data_key="dkimAligned")
+    disposition = fields.String(metadata={"description": "none, quarantine or reject."})
+    known = fields.Boolean(
+        metadata={
+            "description": "Layang's own source address or relay host, or aligned DKIM with "
+            "Layang's keys; false: an unknown source sending as the domain."
+        }
+    )
+
+
+class DmarcSchema(ma.Schema):
+    domain = fields.String()
+    start = fields.Date(data_key="from")
+    end = fields.Date(data_key="to")
+    reports = fields.Integer(metadata={"description": "Reports received for the range."})
+    total = fields.Integer(metadata={"description": "Messages they count."})
+    sources = fields.List(fields.Nested(DmarcSourceSchema))
+
+
+@blp.route("/domains/<domain>/dmarc")
+class DomainDmarc(MethodView):
+    @blp.arguments(DmarcQuerySchema, location="query")
+    @blp.response(200, DmarcSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def get(self, query: dict[str, Any], domain: str) -> DmarcFigures:
+        """DMARC aggregate reports received for a domain, per source
+
+        Read by `layang inbound` from `dmarc@<returnPathDomain>` (the address the suggested
+        DMARC record names); largest sources first.
+        """
+        return dmarc_figures(
+            g.account, domain, query.get("from_"), query.get("to"), service_config()
+        )

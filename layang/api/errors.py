@@ -28,6 +28,7 @@ from layang.domain.errors import (
     RecipientNotAuthorized,
     SenderDomainNotVerified,
     SenderNotAllowed,
+    SendingPaused,
     TemplateNotFound,
 )
 
@@ -131,6 +132,7 @@ _DOMAIN_STATUS: tuple[tuple[type[LayangError], int], ...] = (
     (SenderDomainNotVerified, 422),
     (IdempotencyKeyReused, 422),
     (RateLimited, 429),
+    (SendingPaused, 422),
 )
 # The request's names for the message fields the domain names in its errors.
 _FIELD_PATHS = {

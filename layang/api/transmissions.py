@@ -48,6 +48,7 @@ from layang.mail.message import (
     is_base64,
     is_reserved_header,
 )
+from layang.models import BROADCAST, STREAMS, TRANSACTIONAL
 
 blp = Blueprint(
     "transmissions", __name__, description="Send transactional email and look up a sent message."
@@ -195,6 +196,21 @@ class OptionsAttributesSchema(CompatSchema):
             "it relaxes the recipient domains' TLS policies."
         }
     )
+    stream = fields.String(
+        validate=validate.OneOf(STREAMS),
+        metadata={
+            "description": "transactional (default) or broadcast. Transactional mail is sent "
+            "first; broadcast mail is not transactional (as `transactional: false`) and is "
+            "the mail a paused account may not send."
+        },
+    )
+
+    @ma.validates_schema
+    def one_stream(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if data.get("stream") == TRANSACTIONAL and data.get("transactional") is False:
+            raise ma.ValidationError(
+                "transactional: false is the broadcast stream; give one or the other.", "stream"
+            )
 
 
 def _addresses(description: str, **kwargs: Any) -> fields.List:
@@ -301,7 +317,9 @@ class TransmissionRequestSchema(CompatSchema):
             headers=tuple(data.get("headers", ())),
             open_tracking=options.get("openTracking", False),
             click_tracking=options.get("clickTracking", False),
-            transactional=options.get("transactional"),
+            transactional=False
+            if options.get("stream") == BROADCAST
+            else options.get("transactional"),
             require_tls=options.get("requireTls", False),
         )
         return TransmissionRequest(

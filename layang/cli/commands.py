@@ -17,7 +17,7 @@ from layang.cli.send import send as send_command
 from layang.clock import iso_ms
 from layang.config import Config, ConfigError, describe_settings
 from layang.db import database, open_database
-from layang.domain import accounts, sending_domains
+from layang.domain import accounts, breaker, sending_domains
 from layang.domain.errors import LayangError, NotFound
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
@@ -48,6 +48,14 @@ UNAVAILABLE_STATUS = 1
 # its parts (tests/test_cli.py checks them against what the command actually reads).
 STORE = ("data_dir", "database_url")
 LOGS = ("log_level", "log_format")
+BREAKER = (
+    "breaker_min_messages",
+    "breaker_bounce_warn",
+    "breaker_bounce_pause",
+    "breaker_complaint_warn",
+    "breaker_complaint_pause",
+    "pause_transactional",
+)
 API = (
     "http_bind",
     "public_url",
@@ -62,6 +70,7 @@ API = (
     "relay_url",  # its host goes in the SPF record a sending domain should publish
     "webhook_allow_private",
     "bounce_domain",
+    *BREAKER,
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -76,6 +85,7 @@ SUBMISSION = (
     "max_message_bytes",
     "require_verified_domain",
     "rate_limit",
+    *BREAKER,
 )
 DELIVERY = (
     "relay_url",
@@ -100,6 +110,7 @@ DELIVERY = (
     "throttle_max_seconds",
     "suspend_after_failures",
     *("tls_cafile", "dane", "tlsrpt", "tlsrpt_from"),  # transport security
+    "source_pools",  # the source addresses of each stream
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file",)
@@ -398,6 +409,19 @@ def accounts_create(name: str, live: bool) -> None:
     with domain_errors():
         account = accounts.create_account(name, live=live)
     emit({"id": account.id, "name": account.name, "mode": account.mode})
+
+
+@Uses(Needs(EXISTING), STORE)
+@accounts_group.command("resume")
+@click.argument("name")
+def accounts_resume(name: str) -> None:
+    """Lift the circuit breaker's pause of account NAME and its domains, starting their 24 h
+    window afresh; prints {"account", "lifted"}."""
+    config, _ = prepare()
+    open_db(config, EXISTING)
+    with domain_errors():
+        lifted = breaker.resume(account_named(name, config))
+    emit({"account": name, "lifted": lifted})
 
 
 @main.group("keys")

@@ -31,7 +31,17 @@ log = logging.getLogger("layang.outbox")
 
 RECIPIENTS = LeasedTable(
     "recipient",
-    returning=("id", "transmission_id", "address", "attempts", "created_at", "next_attempt_at"),
+    returning=(
+        "id",
+        "transmission_id",
+        "address",
+        "attempts",
+        "created_at",
+        "next_attempt_at",
+        "priority",
+    ),
+    # Transactional mail (priority 0) first when both streams wait (contract 17).
+    order='"priority", "next_attempt_at"',
 )
 
 
@@ -66,12 +76,14 @@ class QueuedTransmission:
         that advertise REQUIRETLS, or a bounce (``550 5.7.30``)."""
         return self.tls_requirement == REQUIRETLS
 
+    stream: str = "transactional"
+
     @property
     def is_transactional(self) -> bool:
         """Whether the message is transactional (see ``OutgoingMessage.is_transactional``);
-        SMTP submissions always are."""
+        an SMTP submission is unless its X-Layang-Stream said broadcast."""
         if self.payload is None:
-            return True
+            return self.stream != "broadcast"
         return OutgoingMessage.from_payload(json.loads(self.payload)).is_transactional
 
     @property
@@ -85,9 +97,10 @@ class QueuedTransmission:
 
 
 def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[ClaimedRecipient]:
-    """Lease up to ``limit`` due recipients to ``owner`` and return them, oldest due first."""
+    """Lease up to ``limit`` due recipients to ``owner`` and return them, transactional before
+    broadcast, oldest due first."""
     rows = RECIPIENTS.claim(owner, limit, lease_seconds)
-    rows.sort(key=lambda row: (row[5], row[0]))
+    rows.sort(key=lambda row: (row[6], row[5], row[0]))
     return [ClaimedRecipient(*row[:5]) for row in rows]
 
 
@@ -98,7 +111,7 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
         'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header", '
-        '"tls_requirement" '
+        '"tls_requirement", "stream" '
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )

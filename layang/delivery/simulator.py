@@ -12,6 +12,10 @@ follows from it: Activity, suppression, webhooks) without a real mail server:
 ``complaint@``      Delivery, then a Complaint
 anything else       Bounce, ``550 5.1.1`` no such simulator mailbox (hard)
 ==================  ============================================================
+
+A ``+label`` after the mailbox (``bounce+7@``) keeps its outcome, as Amazon SES's simulator
+does: many distinct addresses with one outcome, which the suppression list does not fold into
+one (the circuit breaker's tests send to hundreds).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ __all__ = ["DOMAIN", "SimulatorRelay", "complains", "is_simulated", "simulate"]
 def simulate(address: str, attempt: int) -> RecipientResult:
     """The outcome of delivery attempt number ``attempt`` (1 for the first) to the simulator
     mailbox ``address``, with the reply a server would have given."""
-    mailbox = address.rpartition("@")[0].lower()
+    mailbox = _mailbox(address)
     if mailbox in ("success", "complaint"):
         return RecipientResult(address, 250, "250 2.0.0 simulated delivery", DELIVERED)
     if mailbox == "softbounce" and attempt <= 1:
@@ -49,7 +53,11 @@ def simulate(address: str, attempt: int) -> RecipientResult:
 
 def complains(address: str) -> bool:
     """Whether a delivery to ``address`` is followed by a complaint (``complaint@``)."""
-    return is_simulated(address) and address.rpartition("@")[0].lower() == "complaint"
+    return is_simulated(address) and _mailbox(address) == "complaint"
+
+
+def _mailbox(address: str) -> str:
+    return address.rpartition("@")[0].lower().partition("+")[0]
 
 
 COMPLAINT_DETAIL = {"feedbackType": "abuse", "source": "mailbox simulator"}

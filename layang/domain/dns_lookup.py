@@ -12,6 +12,7 @@ import dns.exception
 import dns.nameserver
 import dns.rdatatype
 import dns.resolver
+import dns.reversename
 
 from layang.config import Config
 
@@ -73,3 +74,24 @@ class DnsLookup:
             for record in records
         )
         return Answer(values, problem)
+
+    def ptr(self, address: str) -> Answer:
+        """The names the reverse zone gives ``address`` (an IP address)."""
+        name = dns.reversename.from_address(address).to_text()
+        records, problem = self._resolve(name, "PTR")
+        values = tuple(
+            record.target.to_text(omit_final_dot=True).lower()  # type: ignore[attr-defined]
+            for record in records
+        )
+        return Answer(values, problem)
+
+    def addresses(self, name: str) -> Answer:
+        """The IPv4 and IPv6 addresses of ``name``."""
+        found: list[str] = []
+        problems = []
+        for rdtype in ("A", "AAAA"):
+            records, problem = self._resolve(name, rdtype)
+            found += [record.to_text() for record in records]
+            if problem:
+                problems.append(problem)
+        return Answer(tuple(found), None if found else (problems[0] if problems else None))

@@ -144,3 +144,18 @@ class RateLimited(LayangError):
         super().__init__(f"Rate limit of {limit} messages reached; try again in {retry_after} s.")
         self.limit = limit
         self.retry_after = retry_after
+
+
+class SendingPaused(LayangError):
+    """The circuit breaker paused sending for the account or its From domain (contract 17):
+    ``reason`` names the rate that tripped it."""
+
+    code = "sending_paused"
+
+    def __init__(self, scope: str, reason: str) -> None:
+        super().__init__(
+            f"Sending is paused for {scope}: {reason}. "
+            "An operator lifts it with `layang accounts resume`."
+        )
+        self.scope = scope
+        self.reason = reason

@@ -31,6 +31,7 @@ from layang.models import BOUNCE, COMPLAINT, DELAY, InboundMessage, Recipient, S
 log = logging.getLogger("layang.inbound")
 
 FEEDBACK_LOCAL_PARTS = ("fbl", "abuse")
+DMARC_LOCAL_PART = "dmarc"
 RAW_KEPT_BYTES = 256 * 1024
 """How much of an unrecognised message is kept: enough to see what it was."""
 _DIAGNOSTIC_MAX = 1000
@@ -46,6 +47,8 @@ class Mailbox:
 
     address: str
     recipient_id: str | None
+    dmarc: bool = False
+    """``dmarc@`` of a return-path domain: DMARC aggregate reports (``layang.domain.dmarc``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,16 +120,17 @@ def return_path_domains(config: Config) -> set[str]:
 
 def mailbox_for(address: str, paths: ReturnPaths, config: Config) -> Mailbox | None:
     """The mailbox ``address`` is, or None when the inbound server must refuse it: not a VERP
-    address signed here (or its record is gone), nor ``fbl@``/``abuse@`` of a return-path
-    domain."""
+    address signed here (or its record is gone), nor ``fbl@``/``abuse@``/``dmarc@`` of a
+    return-path domain."""
     local, at, domain = address.strip().strip("<>").rpartition("@")
     if not at:
         return None
     try:
         recipient_id = paths.read_address(address)
     except InvalidReturnPath:
-        if local.lower() in FEEDBACK_LOCAL_PARTS and domain.lower() in return_path_domains(config):
-            return Mailbox(address, None)
+        known = local.lower() in (*FEEDBACK_LOCAL_PARTS, DMARC_LOCAL_PART)
+        if known and domain.lower() in return_path_domains(config):
+            return Mailbox(address, None, dmarc=local.lower() == DMARC_LOCAL_PART)
         return None
     if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
         return None

@@ -1,15 +1,18 @@
 """What the worker clears away besides sending: idempotency keys past their 24 hours, rate
-limit windows that have closed, console sessions past their 12 hours, and webhook deliveries
-(with their attempts and events) settled more than ``WEBHOOK_RETENTION_DAYS`` ago. A few
-indexed DELETEs every few minutes, never per message."""
+limit windows that have closed, console sessions past their 12 hours, circuit breaker counters
+older than their 24 hours, and webhook deliveries (with their attempts and events) settled
+more than ``WEBHOOK_RETENTION_DAYS`` ago. A few indexed DELETEs every few minutes, never per
+message."""
 
 from __future__ import annotations
 
 from layang.clock import now_ms
 from layang.db import id_floor, write_transaction
 from layang.domain import console_sessions
+from layang.mail.reputation import WINDOW_MS, bucket_of
 from layang.models import (
     WEBHOOK_PENDING,
+    BreakerCount,
     IdempotencyAnswer,
     IdempotencyKey,
     RateWindow,
@@ -25,13 +28,17 @@ WEBHOOK_BATCH = 2000
 
 
 def delete_expired(now: int | None = None) -> int:
-    """Delete expired idempotency keys with their answers and closed rate-limit windows;
-    returns how many rows went. Safe to run from any number of workers at once."""
+    """Delete expired idempotency keys with their answers, closed rate-limit windows and the
+    breaker's counters that left its window; returns how many rows went. Safe to run from any
+    number of workers at once."""
     now = now_ms() if now is None else now
     with write_transaction(durable=False):
         deleted = IdempotencyAnswer.delete().where(IdempotencyAnswer.expires_at <= now).execute()
         deleted += IdempotencyKey.delete().where(IdempotencyKey.expires_at <= now).execute()
         deleted += RateWindow.delete().where(RateWindow.ends_at <= now).execute()
+        deleted += (
+            BreakerCount.delete().where(BreakerCount.bucket < bucket_of(now - WINDOW_MS)).execute()
+        )
     deleted += delete_old_webhook_deliveries(now)
     deleted += console_sessions.delete_expired(now)
     return deleted

@@ -22,6 +22,7 @@ import peewee
 import templates_store
 from layang.config import Config
 from layang.db import new_id
+from layang.domain.breaker import check_sending
 from layang.domain.errors import (
     IdempotencyInFlight,
     InvalidInput,
@@ -32,11 +33,11 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
-from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage, tls_requirement
+from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage, domain_of, tls_requirement
 from layang.mail.outbox import Submission, enqueue, queue_message
 from layang.mail.submitted import PreparedMessage
 from layang.mail.suppression import suppressed_addresses
-from layang.models import Account
+from layang.models import STREAMS, TRANSACTIONAL, Account
 
 log = logging.getLogger("layang.outbox")
 
@@ -166,6 +167,20 @@ class SubmittedMessage:
     prepared: PreparedMessage
     require_tls: bool = False  # the REQUIRETLS MAIL parameter
 
+    @property
+    def stream(self) -> str:
+        """The ``X-Layang-Stream`` header's stream, transactional without one. Raises
+        ``InvalidInput`` for any other value."""
+        given = self.prepared.stream
+        if given is None:
+            return TRANSACTIONAL
+        if given.strip().lower() not in STREAMS:
+            raise InvalidInput(
+                "X-Layang-Stream",
+                f"{given[:40]!r} is not a stream: use transactional or broadcast.",
+            )
+        return given.strip().lower()
+
     def kind_of(self, address: str) -> str:
         """``to``, ``cc`` or ``bcc``: where the headers name ``address`` (nowhere: a bcc)."""
         key = address.lower()
@@ -188,7 +203,9 @@ def accept_transmission(
     ``LAYANG_MAX_MESSAGE_BYTES``; ``SenderNotAllowed`` / ``SenderDomainNotVerified`` for a From
     the account may not use (a sandbox account: only the sandbox sender; with
     ``LAYANG_REQUIRE_VERIFIED_DOMAIN``, only its verified domains); ``RecipientNotAuthorized``
-    when a sandbox account names a recipient who has not consented; ``RateLimited`` over
+    when a sandbox account names a recipient who has not consented; ``SendingPaused`` when the
+    circuit breaker paused the message's stream for the account or its From domain;
+    ``RateLimited`` over
     ``LAYANG_RATE_LIMIT`` (only messages passing every other rule count);
     ``IdempotencyInFlight`` when another request with the key committed first. Nothing is
     queued when it raises.
@@ -197,6 +214,7 @@ def accept_transmission(
         sender = request.prepared.from_address["email"]
         size = len(request.prepared.raw)
         recipients = {"to": list(request.recipients)}
+        stream = request.stream
     else:
         message = request.message
         if request.template_id is not None:
@@ -207,12 +225,14 @@ def accept_transmission(
             for kind in RECIPIENT_KINDS
             if getattr(message, kind)
         }
+        stream = message.stream
     if size > config.max_message_bytes:
         raise MessageTooLarge(config.max_message_bytes)
     # The header From is what recipients see and what DKIM and DMARC align with.
     check_sender(account, sender, config)
     check_sender_domain(account, sender, config)
     check_recipients(account, recipients)
+    check_sending(account, domain_of(sender).rstrip(".").lower(), stream, config)
     take(account, config.rate_limit)
     if isinstance(request, SubmittedMessage):
         return _enqueue_submitted(account, request, claim)
@@ -241,8 +261,9 @@ def _enqueue_submitted(
     account: Account, submitted: SubmittedMessage, claim: Claim | None
 ) -> Accepted:
     prepared = submitted.prepared
-    # SMTP has no way to say a message is not transactional: it is.
-    suppressed = suppressed_addresses(account.id, submitted.recipients, transactional=True)
+    suppressed = suppressed_addresses(
+        account.id, submitted.recipients, transactional=submitted.stream == TRANSACTIONAL
+    )
     accepted = Accepted(
         submitted.transmission_id,
         tuple(a for a in submitted.recipients if a.lower() in suppressed),
@@ -262,6 +283,7 @@ def _enqueue_submitted(
         raw=prepared.raw,
         suppressed=suppressed,
         tls_requirement=tls_requirement(submitted.require_tls, prepared.tls_required),
+        stream=submitted.stream,
     )
     try:
         enqueue(account, submission, answer)

@@ -19,6 +19,7 @@ from layang.models import (
     DELAY,
     DELIVERY_STATES,
     INJECTION,
+    TRANSACTIONAL,
     Account,
     Event,
     Recipient,
@@ -58,6 +59,7 @@ class ActivityRecord:
     metadata: dict[str, Any]
     events: tuple[ActivityEvent, ...]
     events_omitted: int = 0
+    stream: str = TRANSACTIONAL
 
     @property
     def failure(self) -> ActivityEvent | None:
@@ -190,6 +192,7 @@ def _record(
         metadata=json.loads(transmission.metadata),
         events=(injection, *timeline.events),
         events_omitted=timeline.stored - len(timeline.events),
+        stream=transmission.stream,
     )
 
 

@@ -12,8 +12,9 @@ The records to publish:
 - DKIM: ``TXT <selector>._domainkey.<domain>`` with the public key, one per key.
 - SPF: ``TXT <returnPathDomain>``: the envelope sender lives there (contract section 9), so the
   domain's own SPF record, often shared with other mail services, is left alone.
-- DMARC: ``TXT _dmarc.<domain>``, a ``p=none`` starter with reports to the domain itself; any
-  DMARC record the domain (or a parent) already has is fine.
+- DMARC: ``TXT _dmarc.<domain>``, a ``p=none`` starter whose aggregate reports go to
+  ``dmarc@<returnPathDomain>``, where ``layang inbound`` reads them (``layang.domain.dmarc``);
+  any DMARC record the domain (or a parent) already has is fine.
 - Return path: ``MX <returnPathDomain>`` naming ``LAYANG_INBOUND_HOST``, where bounces and
   complaints come back to.
 """
@@ -145,7 +146,7 @@ def expected_records(row: SendingDomain, keys: list[DkimKey], config: Config) ->
             "dmarc",
             "TXT",
             f"_dmarc.{row.domain}",
-            f"v=DMARC1; p=none; rua=mailto:dmarc-reports@{row.domain}",
+            f"v=DMARC1; p=none; rua=mailto:dmarc@{row.return_path_domain}",
         ),
         DnsRecord("return-path", "MX", row.return_path_domain, f"10 {inbound_host(config)}"),
     ]

@@ -19,9 +19,11 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database
+from layang.domain.dmarc import store_reports
 from layang.domain.errors import NotFound
-from layang.domain.feedback import Mailbox, mailbox_for, record_inbound
+from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
+from layang.inbound.dmarc_reports import NotAReport, read_aggregate_reports
 from layang.inbound.reports import read_report
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
@@ -120,8 +122,22 @@ class InboundHandler:
                 unsubscribe(self.unsubscribe_tokens, token)
             except NotFound:
                 log.info("unsubscribe by mail for an email deleted since RCPT")
+        reports_to = [m for m in mailboxes if m.dmarc]
+        mailboxes = [m for m in mailboxes if not m.dmarc]
+        if reports_to:
+            self._receive_dmarc(mail_from, reports_to, data)
         if mailboxes:
             record_inbound(read_report(data), mailboxes, mail_from, data, self.paths)
+
+    @staticmethod
+    def _receive_dmarc(mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
+        found = read_aggregate_reports(data)
+        if isinstance(found, NotAReport):
+            keep_unrecognised(mail_from, mailboxes, data, f"DMARC: {found.reason}")
+        elif not store_reports(found):
+            keep_unrecognised(
+                mail_from, mailboxes, data, "DMARC: a report about no sending domain here"
+            )
 
 
 class InboundSMTP(CappedSMTP):

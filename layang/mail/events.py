@@ -4,7 +4,8 @@ Every step of an email's life that Activity shows (a delivery attempt's outcome,
 click, a bounce report…) is stored through ``append_events``, inside the write transaction that
 changes the recipient's record, so that whatever follows from an event is written with it or
 not at all: here, one webhook outbox row per enabled endpoint of the recipient's account that
-subscribes to the event's type.
+subscribes to the event's type, the suppressions it calls for, and the circuit breaker's
+counters (``layang.mail.reputation``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 from collections.abc import Sequence
 
 from layang.db import Batch, Statement, insert_batches, is_postgresql, new_id
+from layang.mail.reputation import counter_statements
 from layang.mail.suppression import suppressions_from
 from layang.models import INJECTION, Event
 
@@ -32,6 +34,8 @@ def event_batches(rows: Sequence[EventRow]) -> list[Batch]:
     suppressions = suppressions_from(rows)
     if suppressions is not None:
         batches.append(suppressions)
+    # The circuit breaker's counters move with the events they count.
+    batches.extend(counter_statements(rows))
     return batches
 
 

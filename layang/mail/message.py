@@ -293,6 +293,12 @@ class OutgoingMessage:
         carries one-click unsubscribe headers and is stopped by ``unsubscribe`` entries."""
         return self.transactional is not False
 
+    @property
+    def stream(self) -> str:
+        """``transactional`` or ``broadcast`` (contract 17): broadcast is mail that is not
+        transactional."""
+        return "transactional" if self.is_transactional else "broadcast"
+
     def envelope_recipients(self) -> list[tuple[str, str]]:
         """(address, kind) for every distinct recipient; an address listed twice gets one email,
         under the first kind it appears in (to, then cc, then bcc)."""

@@ -19,7 +19,15 @@ from layang.db import Batch, database, insert_atomically, is_postgresql, new_id
 from layang.mail.events import event_batches, injection_batches
 from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
-from layang.models import INJECTION, SUPPRESSED, Account, Recipient, Transmission
+from layang.models import (
+    INJECTION,
+    STREAM_PRIORITY,
+    SUPPRESSED,
+    TRANSACTIONAL,
+    Account,
+    Recipient,
+    Transmission,
+)
 
 QUEUED_CHANNEL = "layang_mail"
 """The PostgreSQL notification channel told of every enqueue."""
@@ -39,6 +47,8 @@ TRANSMISSION_FIELDS = (
     "payload",
     "raw",
     "tls_requirement",
+    "stream",
+    "from_domain",
 )
 RECIPIENT_FIELDS = (
     "id",
@@ -52,6 +62,7 @@ RECIPIENT_FIELDS = (
     "attempts",
     "next_attempt_at",
     "domain",
+    "priority",
 )
 
 
@@ -76,6 +87,17 @@ class Submission:
     raw: bytes | None = None
     suppressed: Mapping[str, str] = field(default_factory=dict)
     tls_requirement: str | None = None  # see ``layang.mail.message.tls_requirement``
+    stream: str = TRANSACTIONAL
+
+    @property
+    def from_domain(self) -> str:
+        """The domain of the From header, lower-cased: the sending domain the circuit breaker
+        counts for."""
+        try:
+            address = json.loads(self.from_header)["email"]
+        except (ValueError, KeyError, TypeError):
+            address = self.mail_from
+        return address.rpartition("@")[2].rstrip(".").lower()
 
 
 def recipient_domain(address: str) -> str:
@@ -106,19 +128,23 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         payload,
         submission.raw,
         submission.tls_requirement,
+        submission.stream,
+        submission.from_domain,
     )
     recipient_rows = []
     injected: list[str] = []
     suppressed_events = []
+    priority = STREAM_PRIORITY[submission.stream]
     for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
         reason = submission.suppressed.get(address.lower())
+        domain = recipient_domain(address)
         if reason is None:
             row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created, recipient_domain(address)))
+            recipient_rows.append((*row, created, created, 0, created, domain, priority))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
-            recipient_rows.append((*row, created, created, 0, None, recipient_domain(address)))
+            recipient_rows.append((*row, created, created, 0, None, domain, priority))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     insert_atomically(
         [
@@ -173,6 +199,7 @@ def queue_message(
         message=message,
         suppressed=suppressed,
         tls_requirement=message.tls_requirement,
+        stream=message.stream,
     )
     enqueue(account, submission, also)
     log.info(

@@ -24,6 +24,8 @@ class PreparedMessage:
     header_cc: frozenset[str]
     idempotency_key: str | None = None
     tls_required: str | None = None  # the TLS-Required header's value (RFC 8689)
+    stream: str | None = None
+    """The ``X-Layang-Stream`` header as given (removed from the message), unchecked."""
 
 
 def _split(data: bytes) -> tuple[list[bytes], bytes]:
@@ -59,14 +61,16 @@ def _addresses(values: list[str]) -> frozenset[str]:
 def prepare_submission(
     data: bytes, transmission_id: str, accepted_at_ms: int, mail_from: str
 ) -> PreparedMessage:
-    """The message as it will be relayed: any Bcc and Idempotency-Key header removed (the key
-    is kept aside), and any X-Layang-Id (only the worker writes it: it names the email a
-    complaint is about), Message-ID and Date added when missing; plus what Activity shows of
-    it."""
+    """The message as it will be relayed: any Bcc, Idempotency-Key and X-Layang-Stream header
+    removed (their values are kept aside), and any X-Layang-Id (only the worker writes it: it
+    names the email a complaint is about), Message-ID and Date added when missing; plus what
+    Activity shows of it."""
     lines, rest = _split(data)
     all_fields = _fields(lines)
     keys = [f for f in all_fields if _name(f) == "idempotency-key"]
-    fields = [f for f in all_fields if _name(f) not in ("bcc", "idempotency-key", "x-layang-id")]
+    streams = [f for f in all_fields if _name(f) == "x-layang-stream"]
+    removed = ("bcc", "idempotency-key", "x-layang-id", "x-layang-stream")
+    fields = [f for f in all_fields if _name(f) not in removed]
     present = {_name(f) for f in fields}
     headers = BytesHeaderParser(policy=policy.default).parsebytes(
         b"\r\n".join(line for f in fields for line in f) + b"\r\n\r\n"
@@ -97,6 +101,7 @@ def prepare_submission(
         header_cc=_addresses([str(v) for v in headers.get_all("Cc", [])]),
         idempotency_key=_unfolded_value(keys[0]) if keys else None,
         tls_required=str(headers["TLS-Required"]) if "tls-required" in present else None,
+        stream=_unfolded_value(streams[0]) if streams else None,
     )
 
 

@@ -25,11 +25,13 @@ from layang.db import is_postgresql, write_relaxed
 @dataclass(frozen=True)
 class LeasedTable:
     """A table held as a queue. ``returning`` are the columns a claim returns; ``eligible`` is
-    an SQL condition a row must also meet to be claimed (fixed text, no parameters)."""
+    an SQL condition a row must also meet to be claimed (fixed text, no parameters); ``order``
+    which due rows are claimed first (fixed text)."""
 
     table: str
     returning: tuple[str, ...]
     eligible: str = ""
+    order: str = '"next_attempt_at"'
 
     def claim(self, owner: str, limit: int, lease_seconds: float) -> list[tuple[Any, ...]]:
         """Lease up to ``limit`` due rows to ``owner``; returns their ``returning`` columns,
@@ -94,5 +96,5 @@ def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
         f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
         f'WHERE "id" IN (SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
         f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
-        f'ORDER BY "next_attempt_at" LIMIT ?{lock}) RETURNING {columns}'
+        f"ORDER BY {queue.order} LIMIT ?{lock}) RETURNING {columns}"
     )

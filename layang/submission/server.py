@@ -31,6 +31,7 @@ from layang.domain.errors import (
     RecipientNotAuthorized,
     SenderDomainNotVerified,
     SenderNotAllowed,
+    SendingPaused,
 )
 from layang.domain.idempotency import Replay
 from layang.domain.intake import SubmittedMessage, accept_transmission
@@ -293,6 +294,8 @@ def reply_for(error: LayangError) -> str:
         return "550 5.7.1 A recipient is not an authorized recipient"
     if isinstance(error, MessageTooLarge):
         return f"552 5.3.4 Message too large (LAYANG_MAX_MESSAGE_BYTES is {error.limit})"
+    if isinstance(error, SendingPaused):
+        return f"550 5.7.1 {error.message}"
     if isinstance(error, RateLimited):
         return f"451 4.7.1 Rate limit of {error.limit} messages reached; try again later"
     if isinstance(error, IdempotencyInFlight):

@@ -8,6 +8,7 @@ import flask
 from layang.web import (
     consent_page,
     console,
+    console_guardrails,
     console_queue,
     console_security,
     console_suppressions,
@@ -32,6 +33,7 @@ console_suppressions.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
 console_security.register(web)
+console_guardrails.register(web)
 error_pages.register(web)
 
 

@@ -71,7 +71,8 @@ ORDER BY e."id" LIMIT ?
 
 _EVENTS_SQL = """
 SELECT e."id", e."event_id", e."status", e."created_at", e."detail", r."transmission_id",
-    r."address", r."recipient_type", t."message_id", t."from_header", t."subject", t."metadata"
+    r."address", r."recipient_type", t."message_id", t."from_header", t."subject", t."metadata",
+    t."stream"
 FROM "webhook_event" e
 LEFT JOIN "recipient" r ON r."id" = e."recipient_id"
 LEFT JOIN "transmission" t ON t."id" = r."transmission_id"
@@ -160,6 +161,7 @@ def _event_json(row: Sequence[Any]) -> dict[str, Any]:
         from_header,
         subject,
         metadata,
+        stream,
     ) = row
     detail_value = json.loads(detail) if detail else {}
     event: dict[str, Any] = {
@@ -177,6 +179,8 @@ def _event_json(row: Sequence[Any]) -> dict[str, Any]:
     }
     if isinstance(detail_value, dict) and "bounceClass" in detail_value:
         event["bounceClass"] = detail_value["bounceClass"]
+    if stream is not None:
+        event["stream"] = stream
     return event
 
 

@@ -79,7 +79,7 @@ def test_a_new_domain_is_pending_with_a_2048_bit_key_and_the_records_to_publish(
         "found": None,
     }
     assert records["dmarc"]["name"] == "_dmarc.example.com"
-    assert records["dmarc"]["value"] == ("v=DMARC1; p=none; rua=mailto:dmarc-reports@example.com")
+    assert records["dmarc"]["value"] == ("v=DMARC1; p=none; rua=mailto:dmarc@bounces.example.com")
     assert records["return-path"]["type"] == "MX"
     assert records["return-path"]["name"] == "bounces.example.com"
     assert records["return-path"]["value"] == "10 mx.layang.test"

@@ -1,0 +1,278 @@
+"""The sender requirements check (contract 17): the rules Gmail, Yahoo and Microsoft set for bulk
+senders since 2024, each checked for one sending domain against DNS and Layang's own figures.
+
+Rule ids: ``spf`` and ``dkim`` (aligned with the From domain), ``dmarc`` (published),
+``ptr`` (forward-confirmed reverse DNS for every source address), ``tls`` (to the provider's
+MX), ``unsubscribe`` (one-click, RFC 8058, on broadcast mail), ``complaint_rate`` (under
+0.3 %, 0.1 % the target). Each says ``ok``, ``fail`` or ``unknown`` (Layang cannot tell), what
+was found, and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
+
+from layang.clock import now_ms
+from layang.config import Config
+from layang.domain import breaker
+from layang.domain.dns_lookup import DnsLookup
+from layang.domain.sending_domains import (
+    OK,
+    DnsRecord,
+    _check_dkim,
+    _check_dmarc,
+    _check_spf,
+    _get,
+    _keys,
+    expected_records,
+    spf_mechanism,
+)
+from layang.models import ACTIVE, BROADCAST, Account, SendingDomain, Transmission
+
+OK_STATUS, FAIL, UNKNOWN = "ok", "fail", "unknown"
+COMPLAINT_LIMIT = 0.003
+COMPLAINT_TARGET = 0.001
+UNSUBSCRIBE_WINDOW_MS = 30 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    title: str
+    status: str
+    found: str
+    fix: str
+
+
+@dataclass(frozen=True, slots=True)
+class Compliance:
+    domain: str
+    rules: tuple[Rule, ...]
+
+
+def check_compliance(account: Account, domain: str, config: Config) -> Compliance:
+    """Every rule for the account's sending domain ``domain``, checked now. Raises
+    ``NotFound`` for a domain the account does not have."""
+    row = _get(account, domain)
+    lookup = DnsLookup(config)
+    records = {r.purpose: r for r in expected_records(row, _keys(row), config)}
+    rules = (
+        _spf(row.domain, records["spf"], lookup, config),
+        _dkim(row, lookup, config),
+        _dmarc(records["dmarc"], lookup),
+        _ptr(lookup, config),
+        _tls(config),
+        _unsubscribe(account, row.domain),
+        _complaint_rate(account, row.domain),
+    )
+    return Compliance(row.domain, rules)
+
+
+def _spf(domain: str, record: DnsRecord, lookup: DnsLookup, config: Config) -> Rule:
+    title = "SPF passes and aligns with the From domain"
+    status, found = _check_spf(record, lookup.txt(record.name), spf_mechanism(config))
+    if status == OK:
+        return Rule(
+            "spf",
+            title,
+            OK_STATUS,
+            f"{record.name} (the envelope sender, under {domain}, so aligned): {found}",
+            "",
+        )
+    return Rule(
+        "spf",
+        title,
+        FAIL,
+        found,
+        f"Publish TXT {record.name} = {record.value} (or add "
+        f"{spf_mechanism(config)} to the SPF record there).",
+    )
+
+
+def _dkim(row: SendingDomain, lookup: DnsLookup, config: Config) -> Rule:
+    title = "DKIM signs with the From domain (d= aligned)"
+    keys = [key for key in _keys(row) if key.status == ACTIVE]
+    wanted = [r for r in expected_records(row, keys, config) if r.purpose == "dkim"]
+    if not wanted:
+        return Rule(
+            "dkim",
+            title,
+            FAIL,
+            f"No DKIM key of {row.domain} is active yet: mail is not signed with d={row.domain}.",
+            "Publish the DKIM record the domain lists, then verify the domain.",
+        )
+    record = wanted[0]
+    status, found = _check_dkim(record, lookup.txt(record.name))
+    if status == OK:
+        return Rule("dkim", title, OK_STATUS, f"{record.name}: the active key is published.", "")
+    return Rule("dkim", title, FAIL, found, f"Publish TXT {record.name} = {record.value}")
+
+
+def _dmarc(record: DnsRecord, lookup: DnsLookup) -> Rule:
+    title = "DMARC is published"
+    status, found = _check_dmarc(record, lookup)
+    if status == OK:
+        return Rule("dmarc", title, OK_STATUS, found, "")
+    return Rule("dmarc", title, FAIL, found, f"Publish TXT {record.name} = {record.value}")
+
+
+def _source_addresses(config: Config) -> list[str]:
+    addresses = [a for _, pool in config.source_pools for a in pool]
+    return list(dict.fromkeys(addresses))
+
+
+def _relay_host(config: Config) -> str | None:
+    if "://" not in config.relay_url:
+        return None
+    return urlsplit(config.relay_url).hostname
+
+
+def _ptr(lookup: DnsLookup, config: Config) -> Rule:
+    title = "Every source address has forward-confirmed reverse DNS"
+    addresses = _source_addresses(config)
+    if not addresses:
+        host = _relay_host(config)
+        if host is not None:
+            return Rule(
+                "ptr",
+                title,
+                UNKNOWN,
+                f"Mail leaves through the relay {host}, whose operator owns its addresses' PTR.",
+                "Ask the relay's operator, or list Layang's own addresses in LAYANG_SOURCE_POOLS.",
+            )
+        return Rule(
+            "ptr",
+            title,
+            UNKNOWN,
+            "No source address is configured (LAYANG_SOURCE_POOLS).",
+            "List the addresses mail leaves from in LAYANG_SOURCE_POOLS.",
+        )
+    found, failing = [], []
+    for address in addresses:
+        names = lookup.ptr(address)
+        if not names.values:
+            failing.append(address)
+            found.append(f"{address}: {names.problem or 'no PTR record'}")
+            continue
+        name = names.values[0]
+        forward = lookup.addresses(name)
+        if address in forward.values:
+            found.append(f"{address} → {name} → {address}")
+        else:
+            failing.append(address)
+            listed = ", ".join(forward.values) or forward.problem or "nothing"
+            found.append(f"{address} → {name}, which resolves to {listed}")
+    if failing:
+        return Rule(
+            "ptr",
+            title,
+            FAIL,
+            "; ".join(found),
+            "Give " + ", ".join(failing) + " a PTR record naming a host whose A/AAAA record "
+            "is that same address (ask the owner of the address block).",
+        )
+    return Rule("ptr", title, OK_STATUS, "; ".join(found), "")
+
+
+def _tls(config: Config) -> Rule:
+    title = "Mail travels over TLS to the provider's MX"
+    url = config.relay_url
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "mx":
+        return Rule("tls", title, OK_STATUS, "Direct to MX with STARTTLS whenever offered.", "")
+    if scheme == "smtps":
+        return Rule("tls", title, OK_STATUS, "The relay is reached over implicit TLS.", "")
+    if scheme == "smtp":
+        tls = parse_qs(urlsplit(url).query).get("tls", [""])[0].lower()
+        if tls == "off":
+            return Rule(
+                "tls",
+                title,
+                FAIL,
+                "LAYANG_RELAY_URL turns TLS off (?tls=off).",
+                "Remove ?tls=off, or use ?tls=required.",
+            )
+        how = "required" if tls == "required" else "used whenever the relay offers STARTTLS"
+        return Rule(
+            "tls",
+            title,
+            OK_STATUS,
+            f"STARTTLS to the relay {urlsplit(url).hostname} is {how}; the relay carries the "
+            "mail on to the provider's MX.",
+            "",
+        )
+    return Rule(
+        "tls",
+        title,
+        UNKNOWN,
+        "Mail is captured to files (LAYANG_RELAY_URL=capture:…), not sent.",
+        "Set LAYANG_RELAY_URL to mx: or an SMTP relay.",
+    )
+
+
+def _unsubscribe(account: Account, domain: str) -> Rule:
+    title = "Broadcast mail carries one-click unsubscribe (RFC 8058)"
+    since = now_ms() - UNSUBSCRIBE_WINDOW_MS
+    finished = (
+        Transmission.select(Transmission.raw)
+        .where(
+            (Transmission.account == account.id)
+            & (Transmission.from_domain == domain)
+            & (Transmission.stream == BROADCAST)
+            & (Transmission.source == "smtp")
+            & (Transmission.created_at >= since)
+        )
+        .limit(1000)
+    )
+    lacking = sum(
+        1 for row in finished if b"list-unsubscribe-post:" not in bytes(row.raw or b"").lower()
+    )
+    if lacking:
+        return Rule(
+            "unsubscribe",
+            title,
+            FAIL,
+            f"{lacking} broadcast message(s) submitted over SMTP in 30 days had no "
+            "List-Unsubscribe-Post header.",
+            "Add List-Unsubscribe (https URL) and List-Unsubscribe-Post: "
+            "List-Unsubscribe=One-Click to broadcast mail, or send it through the API, "
+            "which adds them.",
+        )
+    return Rule(
+        "unsubscribe",
+        title,
+        OK_STATUS,
+        "Layang adds List-Unsubscribe and List-Unsubscribe-Post to broadcast mail sent through "
+        "the API; no broadcast mail over SMTP lacked them in 30 days.",
+        "",
+    )
+
+
+def _percent(rate: float) -> str:
+    return f"{rate * 100:.2f} %"
+
+
+def _complaint_rate(account: Account, domain: str) -> Rule:
+    title = "Spam complaint rate under 0.3 % (target 0.1 %)"
+    rates = breaker.rates_of(account.id, domain)
+    if rates.sent == 0:
+        return Rule(
+            "complaint_rate",
+            title,
+            UNKNOWN,
+            f"No mail from {domain} reached a final answer in the last 24 h.",
+            "",
+        )
+    rate = rates.complaint_rate
+    found = f"{_percent(rate)} over 24 h ({rates.complaints} complaints, {rates.sent} messages)"
+    if rate >= COMPLAINT_LIMIT:
+        return Rule(
+            "complaint_rate",
+            title,
+            FAIL,
+            found,
+            "Send only to recipients who asked for the mail, and honour unsubscribes at once.",
+        )
+    fix = "" if rate < COMPLAINT_TARGET else "Above the 0.1 % target: prune unengaged recipients."
+    return Rule("complaint_rate", title, OK_STATUS, found, fix)

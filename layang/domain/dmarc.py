@@ -1,0 +1,222 @@
+"""DMARC aggregate reports (contract 17): what mailbox providers saw of mail sent as a domain.
+
+The DMARC record Layang suggests names ``rua=mailto:dmarc@<returnPathDomain>``; ``layang
+inbound`` reads the reports sent there (``layang.inbound.dmarc_reports``) and ``store_reports``
+keeps them, once each (a reporter's report id is unique), for the sending domains this
+installation has. ``dmarc_figures`` sums them per source over a date range and says which
+sources are Layang's own: its source addresses, its relay host, or mail that passed aligned
+DKIM with one of the domain's Layang keys. The rest are "unknown sources sending as your
+domain": another service the owner forgot, or someone spoofing it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from urllib.parse import urlsplit
+
+import peewee
+
+from layang.clock import now_ms
+from layang.config import Config
+from layang.db import write_transaction
+from layang.domain.dns_lookup import DnsLookup
+from layang.domain.errors import InvalidInput
+from layang.domain.sending_domains import _get
+from layang.models import Account, DkimKey, DmarcRecord, DmarcReport, SendingDomain
+
+log = logging.getLogger("layang.inbound")
+
+DEFAULT_DAYS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One ``<record>``: ``count`` messages from ``source_ip``. ``dkim`` and ``spf`` are the
+    authentication results, ``*_aligned`` DMARC's evaluation (a pass aligned with the From
+    domain), ``dkim_passed`` the ``domain:selector`` signatures that passed."""
+
+    source_ip: str
+    count: int
+    disposition: str
+    dkim: str
+    spf: str
+    dkim_aligned: bool
+    spf_aligned: bool
+    header_from: str
+    dkim_passed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateReport:
+    org_name: str
+    report_id: str
+    domain: str
+    begins_at: int
+    ends_at: int
+    rows: tuple[ReportRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    ip: str
+    count: int
+    spf: str
+    dkim: str
+    spf_aligned: bool
+    dkim_aligned: bool
+    disposition: str
+    known: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DmarcFigures:
+    domain: str
+    start: date
+    end: date
+    reports: int
+    total: int
+    sources: tuple[Source, ...]
+
+    @property
+    def unknown(self) -> tuple[Source, ...]:
+        return tuple(source for source in self.sources if not source.known)
+
+
+def store_reports(reports: Sequence[AggregateReport]) -> list[str]:
+    """Keep each report about a sending domain of this installation, unless already kept;
+    returns the domains of those kept. Reports about other domains are skipped (logged)."""
+    kept = []
+    for report in reports:
+        if not SendingDomain.select().where(SendingDomain.domain == report.domain).exists():
+            log.info(
+                "DMARC report from %s for unknown domain %s skipped", report.org_name, report.domain
+            )
+            continue
+        try:
+            with write_transaction():
+                row = DmarcReport.create(
+                    domain=report.domain,
+                    org_name=report.org_name,
+                    report_id=report.report_id,
+                    begins_at=report.begins_at,
+                    ends_at=report.ends_at,
+                    received_at=now_ms(),
+                )
+                if report.rows:
+                    DmarcRecord.insert_many(
+                        [
+                            {
+                                "report": row.id,
+                                "domain": report.domain,
+                                "begins_at": report.begins_at,
+                                "source_ip": r.source_ip,
+                                "count": r.count,
+                                "disposition": r.disposition,
+                                "dkim": r.dkim,
+                                "spf": r.spf,
+                                "dkim_aligned": int(r.dkim_aligned),
+                                "spf_aligned": int(r.spf_aligned),
+                                "header_from": r.header_from,
+                                "dkim_domains": ",".join(r.dkim_passed),
+                            }
+                            for r in report.rows
+                        ]
+                    ).execute()
+        except peewee.IntegrityError:
+            log.info("DMARC report %s from %s already kept", report.report_id, report.org_name)
+            continue
+        log.info(
+            "DMARC report %s from %s for %s kept: %d rows",
+            report.report_id,
+            report.org_name,
+            report.domain,
+            len(report.rows),
+        )
+        kept.append(report.domain)
+    return kept
+
+
+def _day_ms(day: date) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+
+
+def _own_addresses(config: Config) -> set[str]:
+    """Layang's source addresses and its relay host's addresses."""
+    own = {address for _, pool in config.source_pools for address in pool}
+    host = urlsplit(config.relay_url).hostname if "://" in config.relay_url else None
+    if host:
+        try:
+            own.add(str(ipaddress.ip_address(host)))
+        except ValueError:
+            own.update(DnsLookup(config).addresses(host).values)
+    return own
+
+
+def dmarc_figures(
+    account: Account, domain: str, start: date | None, end: date | None, config: Config
+) -> DmarcFigures:
+    """The reports about the account's sending domain ``domain`` whose period begins between
+    ``start`` and ``end`` (whole UTC days; default the last 30 days), summed per source and
+    result, largest first. Raises ``NotFound`` for a domain the account does not have and
+    ``InvalidInput`` when ``start`` is after ``end``."""
+    row = _get(account, domain)
+    end = end or datetime.now(UTC).date()
+    start = start or end - timedelta(days=DEFAULT_DAYS)
+    if start > end:
+        raise InvalidInput("from", f"{start.isoformat()} is after to ({end.isoformat()}).")
+    selectors = {
+        f"{row.domain}:{selector.lower()}"
+        for (selector,) in DkimKey.select(DkimKey.selector)
+        .where(DkimKey.sending_domain == row.id)
+        .tuples()
+    }
+    records = (
+        DmarcRecord.select()
+        .where(
+            (DmarcRecord.domain == row.domain)
+            & (DmarcRecord.begins_at >= _day_ms(start))
+            & (DmarcRecord.begins_at < _day_ms(end + timedelta(days=1)))
+        )
+        .order_by(DmarcRecord.id)
+    )
+    own = _own_addresses(config)
+    sums: dict[tuple[str, str, str, bool, bool, str], list[int | bool]] = {}
+    reports: set[int] = set()
+    for record in records:
+        reports.add(record.report_id)
+        key = (
+            record.source_ip,
+            record.spf,
+            record.dkim,
+            bool(record.spf_aligned),
+            bool(record.dkim_aligned),
+            record.disposition,
+        )
+        signed_here = bool(record.dkim_aligned) and bool(
+            selectors & set(filter(None, record.dkim_domains.split(",")))
+        )
+        entry = sums.setdefault(key, [0, False])
+        entry[0] = int(entry[0]) + record.count
+        entry[1] = bool(entry[1]) or signed_here or record.source_ip in own
+    sources = sorted(
+        (
+            Source(ip, int(count), spf, dkim, spf_aligned, dkim_aligned, disposition, bool(known))
+            for (ip, spf, dkim, spf_aligned, dkim_aligned, disposition), (
+                count,
+                known,
+            ) in sums.items()
+        ),
+        key=lambda s: (-s.count, s.ip),
+    )
+    return DmarcFigures(
+        domain=row.domain,
+        start=start,
+        end=end,
+        reports=len(reports),
+        total=sum(s.count for s in sources),
+        sources=tuple(sources),
+    )
