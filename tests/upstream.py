@@ -117,6 +117,7 @@ class Received:
     data: bytes
     tls: bool
     auth_user: str | None
+    peer: str = ""  # the client's address
 
     @property
     def message(self) -> EmailMessage:
@@ -487,6 +488,7 @@ class _Handler:
                     data=data,
                     tls=tls,
                     auth_user=session.auth_data if session.authenticated else None,
+                    peer=session.peer[0] if session.peer else "",
                 )
             )
         return reply

@@ -52,6 +52,14 @@ class MxRoute:
             Source(address, name or ehlo) for address, name in config.source_addresses
         ) or (Source(None, ehlo),)
         self._turn = itertools.cycle(self.sources)
+        # LAYANG_SOURCE_POOLS: each stream leaves from its own addresses (of the sources above;
+        # an address not among them gets the default EHLO name).
+        names = {source.address: source.ehlo_name for source in self.sources}
+        self.pools = {
+            stream: itertools.cycle([Source(a, names.get(a, ehlo)) for a in addresses])
+            for stream, addresses in config.source_pools
+            if addresses
+        }
         self.resolver: MxResolver | None = None  # made on the engine's loop
         self._dns: dns.asyncresolver.Resolver | None = None
         self.tls_settings = TlsSettings.from_config(config)
@@ -72,8 +80,11 @@ class MxRoute:
             self._dns = policy_resolver(self.config)
         return self._dns
 
-    def next_source(self) -> Source:
-        return next(self._turn)
+    def next_source(self, stream: str = "transactional") -> Source:
+        """The address the next session leaves from: the stream's pool in turn, else every
+        source address in turn."""
+        pool = self.pools.get(stream)
+        return next(pool) if pool is not None else next(self._turn)
 
     def send(self, *args: object, **kwargs: object) -> object:
         raise TypeError("the mx: route is driven by the delivery engine")
@@ -94,6 +105,7 @@ async def open_session(
     hosts: tuple[str, ...] | None = None,
     plaintext_fallback: bool = True,
     check: Callable[[SmtpSession], Awaitable[str | None]] | None = None,
+    stream: str = "transactional",
 ) -> SmtpSession:
     """A session to the first MX host of ``destination`` that takes one; raises the last
     :class:`Refused` when none does. ``hosts`` limits the MX names tried (a policy's);
@@ -105,7 +117,7 @@ async def open_session(
         if allowed is not None and host.name.lower().rstrip(".") not in allowed:
             continue
         for address in host.addresses:
-            source = route.next_source()
+            source = route.next_source(stream)
             session = SmtpSession(
                 host.name,
                 route.port,

@@ -74,6 +74,7 @@ class Job:
     detail: dict[str, Any] = field(default_factory=dict)
     mx: MxDestination | None = None  # direct to MX: the recipient domain resolved
     finished: bool = False
+    stream: str = "transactional"
 
 
 class Session(Protocol):
@@ -238,12 +239,27 @@ class Engine:
             return
         policy = await self._policy(route, resolved)
         jobs = self._resolving.pop(domain, [])
+        if route.pools and len({job.stream for job in jobs}) > 1:
+            for stream in sorted({job.stream for job in jobs}):
+                self._queue_resolved(
+                    route, resolved, policy, [j for j in jobs if j.stream == stream]
+                )
+            return
+        self._queue_resolved(route, resolved, policy, jobs)
+
+    def _queue_resolved(
+        self, route: MxRoute, resolved: MxDestination, policy: TransportPolicy, jobs: list[Job]
+    ) -> None:
+        domain = resolved.domain
         # Domains without a policy of their own share their site's sessions; one with a policy
         # gets sessions checked against it (still within the site's shared limits).
         plain = (
             policy.kind == OPPORTUNISTIC and not policy.required and policy.fetch_failure is None
         )
         key = f"mx:{resolved.site}" if plain else f"mx:{resolved.site}|{domain}"
+        if route.pools:
+            # Each stream's sessions leave from its own addresses: they are not shared.
+            key += f"|{jobs[0].stream}"
         destination = self.destinations.get(key)
         if destination is None or destination.policy != policy:
             rule = resolved.rule
@@ -580,6 +596,7 @@ class Engine:
                 hosts=policy.mx_hosts,
                 plaintext_fallback=not policy.requires_verified_tls,
                 check=check,
+                stream=job.stream,
             )
         except Refused as refused:
             self.open_sessions -= 1

@@ -308,9 +308,9 @@ class Worker:
                 crlf_clean=message is not None,
                 requiretls=transmission.require_tls,
             )
-            jobs.append(
-                Job(recipient, route, route.destination, envelope, transmission.id, pending.done)
-            )
+            job = Job(recipient, route, route.destination, envelope, transmission.id, pending.done)
+            job.stream = transmission.stream
+            jobs.append(job)
         return jobs
 
     def unbuildable(

@@ -237,3 +237,34 @@ def test_source_addresses_are_bound_with_their_ehlo_names(client, auth, mx_confi
     names = {name for _, name in server.greeted}
     assert peers <= {"127.0.0.50", "127.0.0.51"} and peers
     assert names <= {"mta1.sender.test", "mta2.sender.test"} and names
+
+
+def test_each_stream_leaves_from_its_own_pool(client, auth, mx_config, internet):
+    server = internet.server("mx.pools.example")
+    internet.domain("pools.example", (10, "mx.pools.example"))
+    for stream in ("transactional", "broadcast"):
+        response = client.post(
+            URL,
+            headers=auth,
+            json={
+                "from": {"email": "shop@sender.test"},
+                "subject": stream,
+                "to": [{"email": f"{stream}{n}@pools.example"} for n in range(3)],
+                "bodyText": "hello",
+                "optionsAttributes": {"stream": stream},
+            },
+        )
+        assert response.status_code == 200, response.get_json()
+    running = Running(
+        mx_config,
+        source_addresses=(("127.0.0.60", "tx.sender.test"), ("127.0.0.61", "bulk.sender.test")),
+        source_pools=(("transactional", ("127.0.0.60",)), ("broadcast", ("127.0.0.61",))),
+    )
+    try:
+        wait_until(lambda: len(server.delivered_to()) == 6, 20, "not delivered")
+    finally:
+        running.stop()
+    by_peer = collections.defaultdict(set)
+    for received in server.received:
+        by_peer[received.peer].add(received.message["Subject"])
+    assert by_peer == {"127.0.0.60": {"transactional"}, "127.0.0.61": {"broadcast"}}
