@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import queue
 import re
@@ -57,9 +58,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+import peewee
+import psycopg2
 
 ROOT = Path(__file__).resolve().parents[1]
 # Run as a script, this file's folder comes first on the path: keep it off, so that no bench
@@ -71,6 +77,7 @@ TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
 SENDER = "shop@sender.example"
 SBIN = "/usr/sbin"
+T = TypeVar("T")
 
 
 # --- The sink ----------------------------------------------------------------------------------
@@ -243,6 +250,10 @@ async def serve_sink(port: int) -> None:
                 print(f"count {state.delivered}", flush=True)
 
 
+class Interrupted(Exception):
+    """The worker being measured exited before the sink had everything."""
+
+
 # --- Driving the sinks -------------------------------------------------------------------------
 
 
@@ -306,7 +317,7 @@ class Sink:
                 line = self.lines.get(timeout=1)
             except queue.Empty:
                 if alive is not None and alive.poll() is not None:
-                    raise SystemExit(f"{alive.args} exited with {alive.returncode}") from None
+                    raise Interrupted(f"{alive.args} exited with {alive.returncode}") from None
                 if time.monotonic() > deadline:
                     got = self.count()
                     raise SystemExit(f"the sink got {got} deliveries in {timeout} s") from None
@@ -704,7 +715,7 @@ class Layang:
         try:
             time.sleep(5)
             if worker.poll() is not None:
-                raise SystemExit(f"the worker exited with {worker.returncode}")
+                raise Interrupted(f"the worker exited with {worker.returncode}")
             before, started = process_tree_cpu(worker.pid), time.monotonic()
             time.sleep(seconds)
             used = process_tree_cpu(worker.pid) - before
@@ -815,66 +826,96 @@ def main() -> None:
     layang: Layang | None = None
     results: dict[str, dict[str, list[float]]] = {}
     notes: list[str] = []
+    idle: float | None = None
+    curve: list[tuple[int, float]] = []
     try:
         for instance in {id(postfix): postfix, id(postfix_zero): postfix_zero}.values():
             instance.start()
         layang = Layang(args.admin_url, base / "layang", sink_port)
         zero_env = {**layang.env, "LAYANG_RELAY_URL": f"smtp://127.0.0.1:{zero_port}?tls=off"}
         sink_env = {**layang.env, "LAYANG_RELAY_URL": f"smtp://127.0.0.1:{sink_port}?tls=off"}
+
+        def run_case(case: Case, rep: int) -> dict[str, float]:
+            count = max(int(case.messages * args.scale), 10)
+            messages = [outgoing(n, case.recipients) for n in range(count)]
+            expected = count * case.recipients
+            upstream = zero_sink if case.latency_ms == 0 and case.data_ms == 0 else sink
+            instance = postfix_zero if upstream is zero_sink else postfix
+            layang.env = zero_env if upstream is zero_sink else sink_env
+            upstream.set(case.latency_ms, case.data_ms)
+            timings = {"expected": float(expected)}
+            order = ("postfix", "layang") if rep % 2 == 0 else ("layang", "postfix")
+            for side in order:
+                if side == "postfix":
+                    instance.submit(composed(messages), xverp=case.recipients > 1)
+                    upstream.expect(expected)
+                    started = time.monotonic()
+                    instance.release()
+                    drained = upstream.wait(3600)
+                    timings["postfix"] = drained.last - started
+                    instance.wait_empty()
+                else:
+                    layang.fill(messages)
+                    drained = layang.drain(upstream, expected)
+                    timings["layang"] = drained.last - drained.started
+                    timings["startup"] = drained.first - drained.started
+                time.sleep(0.5)
+                if (extra := upstream.count() - expected) > 0:
+                    notes.append(f"{case.name} rep {rep + 1}: {side} delivered {extra} twice")
+            return timings
+
+        def run_dkim(count: int, rep: int) -> dict[bool, float]:
+            layang.env = zero_env
+            messages = [outgoing(n, 1) for n in range(count)]
+            timings = {}
+            for signed in (False, True) if rep % 2 == 0 else (True, False):
+                layang.fill(messages, signed=signed)
+                drained = layang.drain(zero_sink, count)
+                # Both sides are Layang: the worker's start-up is left out of both.
+                timings[signed] = drained.last - drained.first
+            return timings
+
+        def run_curve(size: int) -> float:
+            layang.env = zero_env
+            layang.fill([outgoing(n, 1) for n in range(size)])
+            low, high = 200, min(1000, size)
+            drained = layang.drain(zero_sink, high, (low, high))
+            return (high - low) / (drained.marks[high] - drained.marks[low])
+
         print(
             f"Layang: one `layang worker`, PostgreSQL; Postfix {postfix_version()}, default "
             f"settings, relayhost the sink; {os.cpu_count()} cores; --repeat {args.repeat}; "
-            f"0 ms sink: {zero_sink.name}, others: {sink.name}",
+            f"0 ms sink: {zero_sink.name}, others: {sink.name}; database {layang.name}",
             flush=True,
         )
         for rep in range(args.repeat):
             for case in cases:
-                count = max(int(case.messages * args.scale), 10)
-                messages = [outgoing(n, case.recipients) for n in range(count)]
-                expected = count * case.recipients
-                upstream = zero_sink if case.latency_ms == 0 and case.data_ms == 0 else sink
-                instance = postfix_zero if upstream is zero_sink else postfix
-                layang.env = zero_env if upstream is zero_sink else sink_env
-                upstream.set(case.latency_ms, case.data_ms)
-                timings = {}
-                order = ("postfix", "layang") if rep % 2 == 0 else ("layang", "postfix")
-                for side in order:
-                    if side == "postfix":
-                        instance.submit(composed(messages), xverp=case.recipients > 1)
-                        upstream.expect(expected)
-                        started = time.monotonic()
-                        instance.release()
-                        drained = upstream.wait(3600)
-                        timings["postfix"] = drained.last - started
-                        instance.wait_empty()
-                    else:
-                        layang.fill(messages)
-                        drained = layang.drain(upstream, expected)
-                        timings["layang"] = drained.last - drained.started
-                    time.sleep(0.5)
-                    if (extra := upstream.count() - expected) > 0:
-                        notes.append(f"{case.name} rep {rep + 1}: {side} delivered {extra} twice")
+                timings = retrying(
+                    f"{case.name} rep {rep + 1}",
+                    lambda case=case, rep=rep: run_case(case, rep),
+                    notes,
+                    args.admin_url,
+                )
                 row = results.setdefault(case.name, {"postfix": [], "layang": [], "ratio": []})
+                expected = timings["expected"]
                 row["postfix"].append(expected / timings["postfix"])
                 row["layang"].append(expected / timings["layang"])
                 row["ratio"].append(timings["postfix"] / timings["layang"])
                 print(
-                    f"  rep {rep + 1} {case.title}: {expected} deliveries, Postfix "
+                    f"  rep {rep + 1} {case.title}: {expected:.0f} deliveries, Postfix "
                     f"{timings['postfix']:.2f} s, Layang {timings['layang']:.2f} s "
-                    f"(first delivery after {layang.startup:.2f} s), "
+                    f"(first delivery after {timings['startup']:.2f} s), "
                     f"ratio {timings['postfix'] / timings['layang']:.3f}",
                     flush=True,
                 )
             if "dkim" in chosen:
-                layang.env = zero_env
                 count = max(int(3000 * args.scale), 10)
-                messages = [outgoing(n, 1) for n in range(count)]
-                timings = {}
-                for signed in (False, True) if rep % 2 == 0 else (True, False):
-                    layang.fill(messages, signed=signed)
-                    drained = layang.drain(zero_sink, count)
-                    # Both sides are Layang: the worker's start-up is left out of both.
-                    timings[signed] = drained.last - drained.first
+                timings = retrying(
+                    f"dkim rep {rep + 1}",
+                    lambda rep=rep, count=count: run_dkim(count, rep),
+                    notes,
+                    args.admin_url,
+                )
                 row = results.setdefault("dkim", {"unsigned": [], "signed": [], "ratio": []})
                 row["unsigned"].append(count / timings[False])
                 row["signed"].append(count / timings[True])
@@ -885,33 +926,80 @@ def main() -> None:
                     f"ratio {timings[False] / timings[True]:.3f}",
                     flush=True,
                 )
-        idle = None
         if "idle" in chosen:
             layang.env = sink_env
-            idle = layang.idle_cpu(args.idle_seconds)
-        curve = []
+            idle = retrying(
+                "idle", lambda: layang.idle_cpu(args.idle_seconds), notes, args.admin_url
+            )
+            print(f"  idle worker: {idle:.2f} ms of CPU per second", flush=True)
         for size in sizes:
-            layang.env = zero_env
-            layang.fill([outgoing(n, 1) for n in range(size)])
-            low, high = 200, min(1000, size)
-            drained = layang.drain(zero_sink, high, (low, high))
-            curve.append((size, (high - low) / (drained.marks[high] - drained.marks[low])))
+            curve.append(
+                (
+                    size,
+                    retrying(
+                        f"queue of {size}", lambda size=size: run_curve(size), notes, args.admin_url
+                    ),
+                )
+            )
             print(f"  queue of {size}: {curve[-1][1]:.1f} msg/s", flush=True)
     finally:
-        if layang is not None:
-            layang.close()
         for instance in (postfix, postfix_zero):
             instance.stop()
         sink.stop()
         if zero_sink is not sink:
             zero_sink.stop()
+        report(args, cases, results, idle, curve, notes)
+        if layang is not None:
+            layang.close()
 
+
+def retrying(label: str, measure: Callable[[], T], notes: list[str], admin_url: str) -> T:
+    """``measure()``, again (up to three times) when the database went away or the worker
+    exited under it: the machine's PostgreSQL may be restarted by others meanwhile."""
+    from layang.db import database
+
+    for attempt in range(3):
+        try:
+            return measure()
+        except (Interrupted, peewee.PeeweeException, psycopg2.Error) as error:
+            if attempt == 2:
+                raise
+            notes.append(f"{label}: measured again after {type(error).__name__}: {error}")
+            print(f"  {label}: {type(error).__name__}, waiting for the database", flush=True)
+            with contextlib.suppress(peewee.PeeweeException, psycopg2.Error):
+                database.close()
+            wait_for_database(admin_url)
+    raise AssertionError("unreachable")
+
+
+def wait_for_database(url: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg2.connect(url).close()
+            return
+        except psycopg2.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def report(
+    args: argparse.Namespace,
+    cases: list[Case],
+    results: dict[str, dict[str, list[float]]],
+    idle: float | None,
+    curve: list[tuple[int, float]],
+    notes: list[str],
+) -> None:
+    """The table (whatever was measured, should a later part have failed)."""
     print()
     ratio = f"Layang / Postfix, median [min-max] of {args.repeat}"
     print(f"| case | Postfix msg/s | Layang msg/s | {ratio} |")
     print("|---|---|---|---|")
     for case in cases:
-        row = results[case.name]
+        if not (row := results.get(case.name)):
+            continue
         print(
             f"| {case.title} | {statistics.median(row['postfix']):.1f} | "
             f"{statistics.median(row['layang']):.1f} | {spread(row['ratio'])} |"
