@@ -828,6 +828,7 @@ def main() -> None:
     notes: list[str] = []
     idle: float | None = None
     curve: list[tuple[int, float]] = []
+    completed = False
     try:
         for instance in {id(postfix): postfix, id(postfix_zero): postfix_zero}.values():
             instance.start()
@@ -942,6 +943,7 @@ def main() -> None:
                 )
             )
             print(f"  queue of {size}: {curve[-1][1]:.1f} msg/s", flush=True)
+        completed = True
     finally:
         for instance in (postfix, postfix_zero):
             instance.stop()
@@ -951,6 +953,10 @@ def main() -> None:
         report(args, cases, results, idle, curve, notes)
         if layang is not None:
             layang.close()
+        if completed:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"Logs (Postfix's maillog, the workers') kept in {base}")
 
 
 def retrying(label: str, measure: Callable[[], T], notes: list[str], admin_url: str) -> T:
