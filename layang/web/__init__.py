@@ -8,6 +8,7 @@ import flask
 from layang.web import (
     consent_page,
     console,
+    console_overview,
     console_suppressions,
     console_webhooks,
     error_pages,
@@ -26,9 +27,16 @@ consent_page.register(web)
 tracked_links.register(web)
 unsubscribe_page.register(web)
 console.register(web)
+console_overview.register(web)
 console_suppressions.register(web)
 console_webhooks.register(web)
 error_pages.register(web)
+
+
+@web.get("/favicon.ico")
+def favicon() -> flask.Response:
+    """For the pages that name no icon (the API's documentation, a JSON answer shown raw)."""
+    return web.send_static_file("favicon.svg")
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:

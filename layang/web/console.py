@@ -97,7 +97,7 @@ def _safe_next(target: str | None) -> str:
     # Only paths inside the console: never an open redirect.
     if target and target.startswith("/console") and not target.startswith("//"):
         return target
-    return url_for("web.console_activity")
+    return url_for("web.console_overview")
 
 
 def login() -> Any:
@@ -572,7 +572,7 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
 def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
         ("/", "root", lambda: redirect(url_for("web.console_home")), ["GET"]),
-        ("/console", "console_home", lambda: redirect(url_for("web.console_activity")), ["GET"]),
+        ("/console", "console_home", lambda: redirect(url_for("web.console_overview")), ["GET"]),
         ("/console/login", "console_login", login, ["GET", "POST"]),
         ("/console/logout", "console_logout", logout, ["POST"]),
         ("/console/activity", "console_activity", activity_page, ["GET"]),
