@@ -201,9 +201,7 @@ def test_search_paging_and_a_phone_screen(client, browser, live_server):
     small.locator(".table-scroll").evaluate("box => { box.scrollLeft = 400; }")
     # The recipient column stays in view (give or take its border).
     assert abs(first_cell.bounding_box()["x"] - before) <= 1
-    assert (
-        small.locator("table.activity tbody tr .sender").first.bounding_box()["x"] < before + 400
-    )
+    assert small.locator("table.activity tbody tr .sender").first.bounding_box()["x"] < before + 400
     screenshot(small, "console-activity-phone-scrolled")
     small.get_by_role("link", name="reset29@rcpt.test").click()
     small.wait_for_load_state()
