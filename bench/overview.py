@@ -225,6 +225,7 @@ def main() -> None:
             print("sqlite: filling", file=sys.stderr)
             url = f"sqlite:///{tmp}/bench.db"
             results["sqlite"] = run(url, Path(tmp), args.records, args.rounds)
+            report("sqlite", results["sqlite"])
         if args.backend in ("postgresql", "both"):
             name = f"layang_bench_{secrets.token_hex(4)}"
             admin(args.admin_url, f'CREATE DATABASE "{name}"')
@@ -232,9 +233,15 @@ def main() -> None:
                 print("postgresql: filling", file=sys.stderr)
                 url = with_database(args.admin_url, name)
                 results["postgresql"] = run(url, Path(tmp), args.records, args.rounds)
+                report("postgresql", results["postgresql"])
             finally:
                 admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     print(json.dumps(results, indent=2))
+
+
+def report(backend: str, result: dict[str, object]) -> None:
+    """Each backend's figures as soon as they are known, on stderr (the service logs to stdout)."""
+    print(f"{backend}: {json.dumps(result)}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
