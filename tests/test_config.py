@@ -171,6 +171,12 @@ def test_a_config_always_has_a_secret_key():
         ("LAYANG_LOG_FORMAT", "xml", "must be one of text, json"),
         ("LAYANG_REQUIRE_VERIFIED_DOMAIN", "maybe", "must be true or false"),
         ("LAYANG_DNS_RESOLVER", ",", "must list resolvers"),
+        (
+            "LAYANG_PUBLIC_URL",
+            "mail.example.com",
+            "must be a URL with its scheme, such as https://mail.example.com",
+        ),
+        ("LAYANG_PUBLIC_URL", "ftp://mail.example.com", "must be a URL with its scheme"),
     ],
 )
 def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):
