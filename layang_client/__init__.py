@@ -398,7 +398,7 @@ def _timestamp(value: datetime | str) -> str:
 class Layang:
     """A client for one Layang service and API key.
 
-    ``api_key`` defaults to ``$LAYANG_API_KEY`` and ``base_url`` to ``$LAYANG_BASE_URL``, else
+    ``api_key`` defaults to ``$LAYANG_API_KEY`` (or ``$LAYANG_KEY``) and ``base_url`` to ``$LAYANG_BASE_URL``, else
     the service at ``$LAYANG_HTTP_BIND``, else ``http://127.0.0.1:8000``. ``timeout`` is in
     seconds for the whole exchange, with at most 10 s to connect; pass an ``httpx.Timeout``
     for finer control. ``http_client`` lets you
@@ -434,7 +434,8 @@ class Layang:
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
         http_client: httpx.Client | None = None,
     ) -> None:
-        api_key = api_key or os.environ.get("LAYANG_API_KEY")
+        # LAYANG_KEY: the name older READMEs and `layang run` printed.
+        api_key = api_key or os.environ.get("LAYANG_API_KEY") or os.environ.get("LAYANG_KEY")
         if not api_key:
             raise ValueError("an API key is required: pass api_key or set LAYANG_API_KEY")
         if max_retries < 0:

@@ -221,7 +221,7 @@ def run() -> None:
         _, secret = accounts.create_api_key(account, label="created by layang run")
         click.echo(f"Created account 'default' (live) with API key: {secret}")
         click.echo("Keep it: it is shown only this once. To use it in this shell:")
-        click.echo(f"  export LAYANG_KEY={secret}")
+        click.echo(f"  export LAYANG_API_KEY={secret}")
     stop = threading.Event()
     on_stop_signal(stop)
 
