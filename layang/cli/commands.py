@@ -229,6 +229,9 @@ def run() -> None:
         click.echo(f"API: {config.public_url}/v1")
         click.echo(f"Docs: {config.public_url}/docs")
         click.echo(f"Console: {config.public_url}/console")
+        notice = sending_domains.development_values(config)
+        if notice:
+            click.echo(notice)
 
     run_all(config, stop, listeners, on_ready=print_urls)
 

@@ -544,7 +544,10 @@ def domains_page(account: Account) -> Any:
         return redirect(url_for("web.console_domains"))
     page = sending_domains.list_domains(account, config, limit=500)
     return render_template(
-        "console/domains.html", domains=page.items, split_txt=sending_domains.split_txt
+        "console/domains.html",
+        domains=page.items,
+        split_txt=sending_domains.split_txt,
+        development_values=sending_domains.development_values(config),
     )
 
 
@@ -554,7 +557,15 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
     try:
         if action == "verify":
             state = sending_domains.verify_domain(account, domain, config)
-            flash(f"{state.domain}: {state.status}; every record was checked in DNS just now.")
+            wrong = [r.purpose.upper() for r in state.records if r.status != sending_domains.OK]
+            if wrong:
+                flash(
+                    f"{state.domain}: {state.status}; checked in DNS just now, "
+                    f"{len(wrong)} not found as expected: {', '.join(wrong)}.",
+                    "warn",
+                )
+            else:
+                flash(f"{state.domain}: {state.status}; every record was found in DNS just now.")
         elif action == "rotate":
             state = sending_domains.rotate_key(account, domain, config)
             flash(f"{state.domain}: a new key waits; publish its record, then press Verify.")
