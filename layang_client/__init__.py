@@ -398,10 +398,10 @@ def _timestamp(value: datetime | str) -> str:
 class Layang:
     """A client for one Layang service and API key.
 
-    ``api_key`` defaults to ``$LAYANG_API_KEY`` (or ``$LAYANG_KEY``) and ``base_url`` to ``$LAYANG_BASE_URL``, else
-    the service at ``$LAYANG_HTTP_BIND``, else ``http://127.0.0.1:8000``. ``timeout`` is in
-    seconds for the whole exchange, with at most 10 s to connect; pass an ``httpx.Timeout``
-    for finer control. ``http_client`` lets you
+    ``api_key`` defaults to ``$LAYANG_API_KEY`` (or ``$LAYANG_KEY``) and ``base_url`` to
+    ``$LAYANG_BASE_URL``, else the service at ``$LAYANG_HTTP_BIND``, else
+    ``http://127.0.0.1:8000``. ``timeout`` is in seconds for the whole exchange, with at most
+    10 s to connect; pass an ``httpx.Timeout`` for finer control. ``http_client`` lets you
     bring a configured ``httpx.Client`` (proxies, TLS, transports); it is then yours to close,
     and its own timeouts apply unless ``timeout`` is given.
 
