@@ -701,15 +701,18 @@ class Activity(_Resource):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        recipient_contains: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Iterate over the matching records, newest first, fetching pages as needed.
 
-        ``status`` is one of Injection, Delay, Delivery, Bounce, Open, Click;
+        ``recipient`` is a whole address, ``recipient_contains`` part of one (as the console's
+        search); ``status`` is one of Injection, Delay, Delivery, Bounce, Open, Click;
         ``since``/``until`` are datetimes (naive ones are UTC) or ISO 8601 strings.
         """
         params = {
             "status": status,
             "recipient": recipient,
+            "recipientContains": recipient_contains,
             "transmissionId": transmission_id,
             "since": None if since is None else _timestamp(since),
             "until": None if until is None else _timestamp(until),
