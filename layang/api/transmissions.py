@@ -191,8 +191,13 @@ class OptionsAttributesSchema(CompatSchema):
 
 def _addresses(description: str, **kwargs: Any) -> fields.List:
     return fields.List(
-        fields.Nested(AddressSchema), metadata={"description": description}, **kwargs
+        fields.Nested(AddressSchema),
+        metadata={"description": f"{description} One address may stand alone, not in a list."},
+        **kwargs,
     )
+
+
+ADDRESS_LISTS = ("to", "cc", "bcc", "replyTo")
 
 
 class TransmissionRequestSchema(CompatSchema):
@@ -250,6 +255,14 @@ class TransmissionRequestSchema(CompatSchema):
     substitutionData = fields.Dict(
         keys=fields.String(), metadata={"description": "Values for the template's shortcodes."}
     )
+
+    @ma.pre_load
+    def one_address(self, data: Any, **kwargs: Any) -> Any:
+        """``"to": "a@x"`` (or one address object) is a list of one, as in the SDK."""
+        if not isinstance(data, dict):
+            return data
+        single = [k for k in ADDRESS_LISTS if isinstance(data.get(k), str | dict)]
+        return {**data, **{k: [data[k]] for k in single}} if single else data
 
     @ma.pre_load
     def attachment_alias(self, data: Any, **kwargs: Any) -> Any:
