@@ -9,6 +9,7 @@ import contextlib
 import functools
 import hmac
 import json
+import re
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -158,7 +159,17 @@ DETAIL_LABELS = {
     "url": "URL",
     "userAgent": "User agent",
     "source": "Received via",
+    "lastAt": "Last at",
+    "count": "Times",
+    "first": "First time",
+    "status": "Status code",
 }
+
+
+def detail_label(key: str) -> str:
+    """A detail key as words: its known label, else the key itself spelt out (``lastAt``:
+    "Last at")."""
+    return DETAIL_LABELS.get(key) or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).capitalize()
 
 
 def _metadata_filter(value: str) -> tuple[str, str] | None:
@@ -648,6 +659,6 @@ def register(blueprint: flask.Blueprint) -> None:
     for rule, endpoint, view, methods in rules:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
-    blueprint.add_app_template_global(DETAIL_LABELS, "detail_labels")
+    blueprint.add_app_template_filter(detail_label, "detail_label")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")
