@@ -55,10 +55,12 @@ blp = Blueprint(
 
 
 class AddressSchema(CompatSchema):
-    email = EmailAddress(required=True, metadata={"description": "An email address."})
+    email = EmailAddress(
+        required=True, metadata={"description": "An email address.", "example": "ana@example.org"}
+    )
     name = fields.String(
         validate=[validate.Length(max=MAX_DISPLAY_NAME), no_line_breaks],
-        metadata={"description": "Display name (optional)."},
+        metadata={"description": "Display name (optional).", "example": "Ana Putri"},
     )
 
     @ma.pre_load
@@ -79,14 +81,20 @@ class AddressSchema(CompatSchema):
 class AttachmentSchema(CompatSchema):
     mimeType = fields.String(
         validate=validate.Regexp(MEDIA_TYPE, error="Not a valid media type (type/subtype)."),
-        metadata={"description": "Media type; guessed from the file name when absent."},
+        metadata={
+            "description": "Media type; guessed from the file name when absent.",
+            "example": "application/pdf",
+        },
     )
     filename = fields.String(
         required=True,
         validate=validate.Length(max=MAX_FILENAME),
-        metadata={"description": "File name with extension, no path."},
+        metadata={"description": "File name with extension, no path.", "example": "invoice.pdf"},
     )
-    value = fields.String(required=True, metadata={"description": "The content, Base64."})
+    value = fields.String(
+        required=True,
+        metadata={"description": "The content, Base64.", "example": "JVBERi0xLjQKJcOkw7zDtsOfCg=="},
+    )
     contentId = fields.String(
         metadata={
             "description": "Content-ID, with or without <>: the HTML shows an inline part as "
