@@ -99,3 +99,63 @@ def test_activity_reads_at_a_glance_at_1280(signed_in_page):
     reply.locator("a").click()
     page.wait_for_load_state()
     assert LONG_REPLY in page.locator("ol.timeline").inner_text()
+
+
+def test_the_login_page_fits(app, browser, live_server):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.goto(live_server + "/console/login")
+        assert overflow(page) == [], width
+        screenshot(page, f"page-login-{width}")
+    page.close()
+
+
+def test_a_records_stream_shows_beside_its_status_when_it_has_one(app, account):
+    """Records carry a stream once streams exist; the page shows it then, and nothing before."""
+    import flask
+
+    from layang.domain.records import ActivityRecord
+    from layang.mail.message import Mailbox
+
+    record = ActivityRecord(
+        id="r1",
+        transmission_id="t1",
+        message_id="<m@x>",
+        recipient="ana@rcpt.test",
+        recipient_type="to",
+        sender=Mailbox("shop@acme.test", None),
+        subject="Hi",
+        status="Delivery",
+        created_at=0,
+        updated_at=0,
+        metadata={},
+        events=(),
+    )
+
+    class WithStream:
+        def __init__(self, record: ActivityRecord, stream: str) -> None:
+            self._record, self.stream = record, stream
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._record, name)
+
+    def shown(items: list[object]) -> str:
+        with app.test_request_context("/console/activity"):
+            flask.g.console_account = account
+            return flask.render_template(
+                "console/activity.html",
+                items=items,
+                filters={},
+                statuses=(),
+                size=50,
+                sizes=(50,),
+                first=1,
+                older_url=None,
+                newer_url=None,
+            )
+
+    assert "badge stream" not in shown([record])
+    assert '<span class="badge stream stream-broadcast" title="Stream">broadcast</span>' in shown(
+        [WithStream(record, "broadcast")]
+    )
