@@ -28,7 +28,7 @@ def overview_page(account: Account) -> Any:
         activity=activity,
         activity_chart=charts.line_chart(activity.chart, f"Activity, {period.label}"),
         bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class, {period.label}"),
-        domains=overview.by_sending_domain(account, period),
+        domains=activity.domains,
         waiting=overview.waiting_by_destination(account),
         notices=overview.needs_attention(account, current_app.config["LAYANG"]),
         gauge=charts.rate_gauge,
