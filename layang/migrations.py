@@ -339,6 +339,8 @@ def _webhooks(t: Dialect) -> list[str]:
 # as sent ("Injection"); a Bounce counts under its class ("Bounce:hard"). SQLite counts row by
 # row (it has one writer); PostgreSQL counts once per statement over the rows it inserted,
 # grouped, in key order so that concurrent writers take the counters' locks in the same order.
+# The mail already stored is counted once, after the triggers exist (their locks keep writers
+# out meanwhile): recipients that were not suppressed on arrival as sent, and every event.
 
 _HOUR_MS = 3600000
 
@@ -346,6 +348,22 @@ _HOUR_MS = 3600000
 def _sqlite_domain(email: str) -> str:
     # What follows the last "@": strip the trailing run of characters that are not "@".
     return f"lower(substr({email}, length(rtrim({email}, replace({email}, '@', ''))) + 1))"
+
+
+def _activity_counts_so_far(domain: str, hour: str, kind: str) -> list[str]:
+    columns = '("account_id", "hour", "domain", "kind", "count")'
+    return [
+        f"""INSERT INTO "activity_count" {columns}
+        SELECT r."account_id", {hour.format(at='r."created_at"')}, {domain}, 'Injection', count(*)
+        FROM "recipient" r JOIN "transmission" t ON t."id" = r."transmission_id"
+        WHERE r."status" <> 'Suppressed'
+        GROUP BY 1, 2, 3""",  # noqa: S608 - fixed names only
+        f"""INSERT INTO "activity_count" {columns}
+        SELECT r."account_id", {hour.format(at='e."created_at"')}, {domain}, {kind}, count(*)
+        FROM "event" e JOIN "recipient" r ON r."id" = e."recipient_id"
+        JOIN "transmission" t ON t."id" = r."transmission_id"
+        GROUP BY 1, 2, 3, 4""",  # noqa: S608 - fixed names only
+    ]
 
 
 def _activity_counts(t: Dialect) -> list[str]:
@@ -387,6 +405,13 @@ def _activity_counts(t: Dialect) -> list[str]:
               WHERE r."id" = NEW."recipient_id"
               ON CONFLICT {key} DO UPDATE SET "count" = "count" + 1;
             END""",  # noqa: S608 - fixed names only
+            *_activity_counts_so_far(
+                domain,
+                f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
+                "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
+                "coalesce(json_extract(e.\"detail\", '$.bounceClass'), 'undetermined') "
+                'ELSE e."status" END',
+            ),
         ]
     domain = "lower(regexp_replace(t.\"from_header\"::json->>'email', '^.*@', ''))"
     upsert = (
@@ -426,6 +451,12 @@ def _activity_counts(t: Dialect) -> list[str]:
         'CREATE TRIGGER "activity_count_event" AFTER INSERT ON "event" '
         'REFERENCING NEW TABLE AS "new_rows" FOR EACH STATEMENT '
         'EXECUTE FUNCTION "activity_count_event"()',
+        *_activity_counts_so_far(
+            domain,
+            f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
+            "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
+            "coalesce(e.\"detail\"::json->>'bounceClass', 'undetermined') ELSE e.\"status\" END",
+        ),
     ]
 
 
