@@ -226,12 +226,12 @@ def run() -> None:
     on_stop_signal(stop)
 
     def print_urls() -> None:
-        click.echo(f"API: {config.public_url}/v1")
-        click.echo(f"Docs: {config.public_url}/docs")
-        click.echo(f"Console: {config.public_url}/console")
         notice = sending_domains.development_values(config)
         if notice:
             click.echo(notice)
+        click.echo(f"API: {config.public_url}/v1")
+        click.echo(f"Docs: {config.public_url}/docs")
+        click.echo(f"Console: {config.public_url}/console")  # the last line: "ready"
 
     run_all(config, stop, listeners, on_ready=print_urls)
 
