@@ -94,3 +94,18 @@ def test_overview_charts_known_mail(client, upstream, relay_to, browser, live_se
     screenshot(page, "console-overview-390")
     assert errors == []
     page.close()
+
+
+def test_an_unknown_period_is_named_and_the_default_shown(client, account, api_key):
+    from tests.web.test_console import _login
+
+    _login(client, api_key)
+    page = client.get("/console/overview?period=1y")
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert "period: &#39;1y&#39; is not one of 24h, 7d, 30d." in text
+    assert "Activity, last 7 days" in text
+    for key, label in (("24h", "last 24 hours"), ("30d", "last 30 days")):
+        assert f"Activity, {label}" in client.get(f"/console/overview?period={key}").get_data(
+            as_text=True
+        )
