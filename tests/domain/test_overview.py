@@ -100,3 +100,24 @@ def test_an_empty_account_has_zero_figures_and_no_rates(account):
     assert len(month.chart.starts) == 30 and all(s.total == 0 for s in month.chart.series)
     assert all(r.value is None and r.standing == "none" for r in month.rates)
     assert month.domains == ()
+
+
+def test_what_needs_attention(account, config):
+    from layang.domain import sending_domains, webhooks
+    from layang.models import WebhookEndpoint
+
+    assert overview.needs_attention(account, config) == ()
+    failing = webhooks.create_endpoint(account, "https://hooks.example.com/a", ["*"], "", config)
+    off = webhooks.create_endpoint(account, "https://hooks.example.com/b", ["*"], "", config)
+    webhooks.create_endpoint(account, "https://hooks.example.com/fine", ["*"], "", config)
+    WebhookEndpoint.update(failing_since=NOW).where(WebhookEndpoint.id == failing.id).execute()
+    webhooks.set_enabled(account, off.id, False, "Failing for 5 days.")
+    sending_domains.create_domain(account, "shop.example", None, config)
+
+    notices = overview.needs_attention(account, config)
+    assert [(n.severity, n.title, n.page) for n in notices] == [
+        ("bad", "Webhook endpoint https://hooks.example.com/b is disabled", "webhooks"),
+        ("warn", "Webhook endpoint https://hooks.example.com/a is failing", "webhooks"),
+        ("warn", "shop.example is not verified", "domains"),
+    ]
+    assert notices[0].detail == "Failing for 5 days."
