@@ -244,6 +244,16 @@ def check_pools_within(pools: SourcePools, source_addresses: str) -> None:
                 )
 
 
+def _public_url(raw: str, name: str) -> str:
+    # Without a scheme, "mail.example.com" would be read as a path: links in mail would break.
+    value = raw.strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        example = value.split("://")[-1] or "mail.example.com"
+        raise ConfigError(f"{name} must be a URL with its scheme, such as https://{example}")
+    return value
+
+
 def _log_level(raw: str, name: str) -> str:
     return raw.upper()
 
@@ -290,7 +300,9 @@ class Config:
     )
     http_bind: str = _setting("LAYANG_HTTP_BIND", _bind, default="127.0.0.1:8000")
     smtp_bind: str = _setting("LAYANG_SMTP_BIND", _bind, default="127.0.0.1:2587")
-    public_url: str = _setting("LAYANG_PUBLIC_URL", shown="http://$LAYANG_HTTP_BIND", default="")
+    public_url: str = _setting(
+        "LAYANG_PUBLIC_URL", _public_url, shown="http://$LAYANG_HTTP_BIND", default=""
+    )
     secret_key: str = _setting(
         "LAYANG_SECRET_KEY", shown="generated into $LAYANG_DATA_DIR/secret_key"
     )

@@ -491,6 +491,135 @@ def _dmarc_reports(t: Dialect) -> list[str]:
     ]
 
 
+# -- 18: the overview's counts ------------------------------------------------------------------
+#
+# Counted by the database itself as events are stored, whichever code stores them: one row per
+# account, hour, sending domain (the From address's) and kind of event, so that the console's
+# overview reads a few hundred rows instead of every event. A recipient stored as queued counts
+# as sent ("Injection"); a Bounce counts under its class ("Bounce:hard"). SQLite counts row by
+# row (it has one writer); PostgreSQL counts once per statement over the rows it inserted,
+# grouped, in key order so that concurrent writers take the counters' locks in the same order.
+# The mail already stored is counted once, after the triggers exist (their locks keep writers
+# out meanwhile): recipients that were not suppressed on arrival as sent, and every event.
+
+_HOUR_MS = 3600000
+
+
+def _sqlite_domain(email: str) -> str:
+    # What follows the last "@": strip the trailing run of characters that are not "@".
+    return f"lower(substr({email}, length(rtrim({email}, replace({email}, '@', ''))) + 1))"
+
+
+def _activity_counts_so_far(domain: str, hour: str, kind: str) -> list[str]:
+    columns = '("account_id", "hour", "domain", "kind", "count")'
+    return [
+        f"""INSERT INTO "activity_count" {columns}
+        SELECT r."account_id", {hour.format(at='r."created_at"')}, {domain}, 'Injection', count(*)
+        FROM "recipient" r JOIN "transmission" t ON t."id" = r."transmission_id"
+        WHERE r."status" <> 'Suppressed'
+        GROUP BY 1, 2, 3""",  # noqa: S608 - fixed names only
+        f"""INSERT INTO "activity_count" {columns}
+        SELECT r."account_id", {hour.format(at='e."created_at"')}, {domain}, {kind}, count(*)
+        FROM "event" e JOIN "recipient" r ON r."id" = e."recipient_id"
+        JOIN "transmission" t ON t."id" = r."transmission_id"
+        GROUP BY 1, 2, 3, 4""",  # noqa: S608 - fixed names only
+    ]
+
+
+def _activity_counts(t: Dialect) -> list[str]:
+    table = f"""CREATE TABLE "activity_count" (
+            "id" {t.autoincrement} NOT NULL PRIMARY KEY,
+            "account_id" INTEGER NOT NULL,
+            "hour" {t.bigint} NOT NULL,
+            "domain" VARCHAR(253) NOT NULL,
+            "kind" VARCHAR(32) NOT NULL,
+            "count" {t.bigint} NOT NULL,
+            FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE)"""
+    index = (
+        'CREATE UNIQUE INDEX "activity_count_account_id_hour_domain_kind" '
+        'ON "activity_count" ("account_id", "hour", "domain", "kind")'
+    )
+    key = '("account_id", "hour", "domain", "kind")'
+    columns = '("account_id", "hour", "domain", "kind", "count")'
+    if t is SQLITE:
+        domain = _sqlite_domain("json_extract(t.\"from_header\", '$.email')")
+        bounce_class = "json_extract(NEW.\"detail\", '$.bounceClass')"
+        return [
+            table,
+            index,
+            f"""CREATE TRIGGER "activity_count_sent" AFTER INSERT ON "recipient"
+            WHEN NEW."status" = 'Injection' BEGIN
+              INSERT INTO "activity_count" {columns}
+              SELECT NEW."account_id", NEW."created_at" / {_HOUR_MS} * {_HOUR_MS}, {domain},
+                     'Injection', 1
+              FROM "transmission" t WHERE t."id" = NEW."transmission_id"
+              ON CONFLICT {key} DO UPDATE SET "count" = "count" + 1;
+            END""",  # noqa: S608 - fixed names only
+            f"""CREATE TRIGGER "activity_count_event" AFTER INSERT ON "event" BEGIN
+              INSERT INTO "activity_count" {columns}
+              SELECT r."account_id", NEW."created_at" / {_HOUR_MS} * {_HOUR_MS}, {domain},
+                     CASE WHEN NEW."status" = 'Bounce'
+                          THEN 'Bounce:' || coalesce({bounce_class}, 'undetermined')
+                          ELSE NEW."status" END, 1
+              FROM "recipient" r JOIN "transmission" t ON t."id" = r."transmission_id"
+              WHERE r."id" = NEW."recipient_id"
+              ON CONFLICT {key} DO UPDATE SET "count" = "count" + 1;
+            END""",  # noqa: S608 - fixed names only
+            *_activity_counts_so_far(
+                domain,
+                f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
+                "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
+                "coalesce(json_extract(e.\"detail\", '$.bounceClass'), 'undetermined') "
+                'ELSE e."status" END',
+            ),
+        ]
+    domain = "lower(regexp_replace(t.\"from_header\"::json->>'email', '^.*@', ''))"
+    upsert = (
+        f'ON CONFLICT {key} DO UPDATE SET "count" = "activity_count"."count" + EXCLUDED."count"'
+    )
+    return [
+        table,
+        index,
+        f"""CREATE FUNCTION "activity_count_sent"() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          INSERT INTO "activity_count" {columns}
+          SELECT n."account_id", n."created_at" / {_HOUR_MS} * {_HOUR_MS}, {domain},
+                 'Injection', count(*)
+          FROM "new_rows" n JOIN "transmission" t ON t."id" = n."transmission_id"
+          WHERE n."status" = 'Injection'
+          GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+          {upsert};
+          RETURN NULL;
+        END $$""",  # noqa: S608 - fixed names only
+        'CREATE TRIGGER "activity_count_sent" AFTER INSERT ON "recipient" '
+        'REFERENCING NEW TABLE AS "new_rows" FOR EACH STATEMENT '
+        'EXECUTE FUNCTION "activity_count_sent"()',
+        f"""CREATE FUNCTION "activity_count_event"() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          INSERT INTO "activity_count" {columns}
+          SELECT r."account_id", n."created_at" / {_HOUR_MS} * {_HOUR_MS}, {domain},
+                 CASE WHEN n."status" = 'Bounce'
+                      THEN 'Bounce:' || coalesce(n."detail"::json->>'bounceClass', 'undetermined')
+                      ELSE n."status" END,
+                 count(*)
+          FROM "new_rows" n JOIN "recipient" r ON r."id" = n."recipient_id"
+          JOIN "transmission" t ON t."id" = r."transmission_id"
+          GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+          {upsert};
+          RETURN NULL;
+        END $$""",  # noqa: S608 - fixed names only
+        'CREATE TRIGGER "activity_count_event" AFTER INSERT ON "event" '
+        'REFERENCING NEW TABLE AS "new_rows" FOR EACH STATEMENT '
+        'EXECUTE FUNCTION "activity_count_event"()',
+        *_activity_counts_so_far(
+            domain,
+            f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
+            "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
+            "coalesce(e.\"detail\"::json->>'bounceClass', 'undetermined') ELSE e.\"status\" END",
+        ),
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -502,10 +631,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "webhooks", _webhooks),
     Migration(10, "direct to MX: recipient domains, MX sites, site throttles", _direct_to_mx),
     Migration(11, "console sessions", _console_sessions),
-    Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),
-    Migration(17, "REQUIRETLS and TLS-Required: No on messages", _message_tls_requirement),
     Migration(14, "streams and the circuit breaker", _streams_and_breaker),
     Migration(15, "DMARC aggregate reports", _dmarc_reports),
+    Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),
+    Migration(17, "REQUIRETLS and TLS-Required: No on messages", _message_tls_requirement),
+    Migration(18, "the overview's counts", _activity_counts),
 )
 
 

@@ -622,3 +622,23 @@ class DmarcRecord(BaseModel):
 
 
 MODELS.extend([DmarcReport, DmarcRecord])
+
+
+class ActivityCount(BaseModel):
+    """How many events of one ``kind`` an account's mail from one sending ``domain`` had in one
+    ``hour`` (epoch ms at its start): the overview's figures. Written only by the database's
+    triggers as recipients and events are stored (migration 18), never by the code; ``kind``
+    is an event status, with a Bounce's class after a colon (``Bounce:hard``)."""
+
+    id = peewee.AutoField()
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    hour = peewee.BigIntegerField()
+    domain = peewee.CharField(max_length=253)
+    kind = peewee.CharField(max_length=32)
+    count = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("account", "hour", "domain", "kind"), True),)
+
+
+MODELS.append(ActivityCount)

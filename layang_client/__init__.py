@@ -398,10 +398,10 @@ def _timestamp(value: datetime | str) -> str:
 class Layang:
     """A client for one Layang service and API key.
 
-    ``api_key`` defaults to ``$LAYANG_API_KEY`` and ``base_url`` to ``$LAYANG_BASE_URL``, else
-    the service at ``$LAYANG_HTTP_BIND``, else ``http://127.0.0.1:8000``. ``timeout`` is in
-    seconds for the whole exchange, with at most 10 s to connect; pass an ``httpx.Timeout``
-    for finer control. ``http_client`` lets you
+    ``api_key`` defaults to ``$LAYANG_API_KEY`` (or ``$LAYANG_KEY``) and ``base_url`` to
+    ``$LAYANG_BASE_URL``, else the service at ``$LAYANG_HTTP_BIND``, else
+    ``http://127.0.0.1:8000``. ``timeout`` is in seconds for the whole exchange, with at most
+    10 s to connect; pass an ``httpx.Timeout`` for finer control. ``http_client`` lets you
     bring a configured ``httpx.Client`` (proxies, TLS, transports); it is then yours to close,
     and its own timeouts apply unless ``timeout`` is given.
 
@@ -434,7 +434,8 @@ class Layang:
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
         http_client: httpx.Client | None = None,
     ) -> None:
-        api_key = api_key or os.environ.get("LAYANG_API_KEY")
+        # LAYANG_KEY: the name older READMEs and `layang run` printed.
+        api_key = api_key or os.environ.get("LAYANG_API_KEY") or os.environ.get("LAYANG_KEY")
         if not api_key:
             raise ValueError("an API key is required: pass api_key or set LAYANG_API_KEY")
         if max_retries < 0:
@@ -700,15 +701,18 @@ class Activity(_Resource):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        recipient_contains: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Iterate over the matching records, newest first, fetching pages as needed.
 
-        ``status`` is one of Injection, Delay, Delivery, Bounce, Open, Click;
+        ``recipient`` is a whole address, ``recipient_contains`` part of one (as the console's
+        search); ``status`` is one of Injection, Delay, Delivery, Bounce, Open, Click;
         ``since``/``until`` are datetimes (naive ones are UTC) or ISO 8601 strings.
         """
         params = {
             "status": status,
             "recipient": recipient,
+            "recipientContains": recipient_contains,
             "transmissionId": transmission_id,
             "since": None if since is None else _timestamp(since),
             "until": None if until is None else _timestamp(until),

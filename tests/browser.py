@@ -61,3 +61,30 @@ def screenshot(page: object, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+# Reports what sticks out of its box on the page as drawn.
+_OVERFLOW_JS = """(tablesScroll) => {
+  const found = [];
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth) found.push(`page ${root.scrollWidth}px`);
+  for (const el of document.querySelectorAll('main *')) {
+    const parent = el.parentElement;
+    if (!parent || getComputedStyle(parent).overflowX !== 'visible') continue;
+    if (el.closest('.table-scroll')) continue;
+    const box = parent.getBoundingClientRect(), mine = el.getBoundingClientRect();
+    if (mine.width && mine.right > box.right + 1)
+      found.push(`${el.tagName}.${el.className} ${Math.round(mine.right - box.right)}px`);
+  }
+  if (!tablesScroll)
+    for (const el of document.querySelectorAll('.table-scroll'))
+      if (el.scrollWidth > el.clientWidth + 1)
+        found.push(`table ${el.firstElementChild.className} scrolls`);
+  return found;
+}"""
+
+
+def overflow(page: object, tables_scroll: bool = False) -> list[str]:
+    """What the user would find clipped: the page wider than the window, an element wider than
+    its box, or (unless ``tables_scroll``, as on a phone) a table scrolling inside its box."""
+    return page.evaluate(_OVERFLOW_JS, tables_scroll)

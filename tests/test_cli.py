@@ -130,6 +130,11 @@ def test_run_prints_the_api_docs_and_console_urls_when_ready(config, tmp_path):
         assert f"API: {base}/v1" in lines
         assert f"Docs: {base}/docs" in lines
         assert f"Console: {base}/console" in lines
+        # One name for the key, the one the SDK and `layang send` read.
+        assert any(line.startswith("  export LAYANG_API_KEY=lyg_") for line in lines)
+        # The defaults that only work on this machine are called what they are.
+        (notice,) = [line for line in lines if line.startswith("Development values:")]
+        assert "MX 10 127.0.0.1" in notice and "LAYANG_PUBLIC_URL" in notice
         # Printed when ready: each answers at once.
         assert httpx.get(f"{base}/docs").status_code == 200
         assert httpx.get(f"{base}/console", follow_redirects=True).status_code == 200
@@ -321,7 +326,7 @@ def test_the_services_read_only_settings_their_help_lists(tmp_path, upstream):
 
     def run_until_delivered(log):
         wait_until(lambda: "Console:" in log.read_text(), 30, log.read_text())
-        key = re.search(r"export LAYANG_KEY=(\S+)", log.read_text()).group(1)
+        key = re.search(r"export LAYANG_API_KEY=(\S+)", log.read_text()).group(1)
         send_over_http(base, key)
         submit_over_smtp(smtp, "default", key)
         upstream.wait_for(2, timeout=30)
@@ -397,3 +402,20 @@ def test_the_other_commands_read_only_settings_their_help_lists(tmp_path, dns_zo
             key_id = json.loads(out)["id"]
         path = tuple(a for a in step[:2])
         assert recorded(reads) <= in_help(path), (args, recorded(reads) - in_help(path))
+
+
+def test_the_readmes_ports_taken_line_moves_every_port_run_opens():
+    from layang.cli.commands import run
+    from layang.config import Config
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("Ports taken?", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    moved = set(re.findall(r"(LAYANG_[A-Z_]+_BIND)=\S+", block))
+    defaults = Config(secret_key="k")
+    opened = {
+        listener.variable
+        for listener in run.layang_uses.needs.listeners
+        if getattr(defaults, listener.setting)  # an empty bind is a listener that is off
+    }
+    assert opened == {"LAYANG_HTTP_BIND", "LAYANG_SMTP_BIND", "LAYANG_INBOUND_BIND"}
+    assert moved == opened

@@ -219,6 +219,12 @@ def test_a_config_always_has_a_secret_key():
         ),
         ("LAYANG_BREAKER_BOUNCE_PAUSE", "10%", "must be a fraction such as 0.05"),
         ("LAYANG_BREAKER_COMPLAINT_WARN", "2", "must be above 0 and at most 1"),
+        (
+            "LAYANG_PUBLIC_URL",
+            "mail.example.com",
+            "must be a URL with its scheme, such as https://mail.example.com",
+        ),
+        ("LAYANG_PUBLIC_URL", "ftp://mail.example.com", "must be a URL with its scheme"),
     ],
 )
 def test_an_unusable_value_names_its_variable(empty_dir, variable, value, message):

@@ -220,3 +220,43 @@ def test_serve_upgrades_once_in_the_master_not_in_each_worker(empty_database, tm
     assert text.count("schema up to date") == 1, text
     assert text.count("schema migration") == len(LATEST), text
     assert "Traceback" not in text
+
+
+def test_the_overviews_counts_start_from_the_mail_already_stored(empty_database):
+    """Migration 18 counts what was there before it, once; the triggers count what follows."""
+    from layang.domain import overview
+    from layang.mail.events import append_events
+    from layang.models import Event, Recipient, Transmission
+
+    open_database(empty_database())
+    before = [m for m in MIGRATIONS if m.version < 18]
+    upgrade(before)
+    now = overview.HOUR_MS * 500_000
+    acme = Account.create(name="acme", mode="live", created_at=now)
+    sent = Transmission.create(
+        account=acme, created_at=now, mail_from="a@Shop.test", message_id="<m@x>",
+        from_header=json.dumps({"email": "a@Shop.test"}),
+    )  # fmt: skip
+    kept = [
+        Recipient.create(transmission=sent, account=acme, address=f"r{n}@x.test",
+                         recipient_type="to", status=status, created_at=now)
+        for n, status in enumerate(["Delivery", "Bounce", "Suppressed"])
+    ]  # fmt: skip
+    Event.insert_many(
+        [
+            (kept[0], "Delivery", now, "{}"),
+            (kept[1], "Bounce", now, '{"bounceClass": "block"}'),
+            (kept[2], "Suppressed", now, "{}"),
+        ],
+        fields=[Event.recipient, Event.status, Event.created_at, Event.detail],
+    ).execute()
+    assert upgrade() == [18]
+    with database.atomic():
+        append_events([(kept[0].id, "Open", now + 1, "{}")])
+
+    day = overview.activity(acme, overview.PERIODS["24h"], now=now + 2)
+    totals = {s.key: s.total for s in day.chart.series}
+    shown = (totals["sent"], totals["delivered"], totals["bounced"], totals["opened"])
+    assert shown == (2, 1, 1, 1)
+    assert {s.key: s.total for s in day.bounces.series}["block"] == 1
+    assert [d.domain for d in day.domains] == ["shop.test"]

@@ -264,6 +264,7 @@ def test_a_file_that_is_not_a_certificate_is_refused(tmp_path):
         ("LAYANG_MAX_MESSAGE_BYTES", "25MB"),
         ("LAYANG_HTTP_WORKERS", "0"),
         ("LAYANG_HTTP_BIND", "8000"),
+        ("LAYANG_PUBLIC_URL", "mail.example.com"),
     ],
 )
 @pytest.mark.parametrize("command", [["run"], ["keys", "list", "default"]])

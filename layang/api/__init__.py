@@ -133,7 +133,13 @@ def init_api(app: flask.Flask) -> None:
     api.init_app(
         app,
         spec_kwargs={
-            "info": {"description": "Transactional email: send, templates, sandbox, activity."},
+            "info": {
+                "description": "Transactional email over HTTP: send messages (transmissions), "
+                "stored templates, every email's activity and events, sandbox authorized "
+                "recipients, sending domains with DKIM, suppressions (the suppression list) and "
+                "webhooks. "
+                "Authenticate with an API key as a Bearer token; errors name their field."
+            },
             "security": [{"bearerAuth": []}],
         },
     )

@@ -89,7 +89,17 @@ class ActivityRecordSchema(ma.Schema):
 
 class ActivityQuerySchema(CursorQuerySchema):
     status = fields.String(validate=validate.OneOf(EVENT_KINDS))
-    recipient = fields.String(validate=validate.Length(max=320))
+    recipient = fields.String(
+        validate=validate.Length(max=320),
+        metadata={"description": "A whole address (any case)."},
+    )
+    recipientContains = fields.String(
+        validate=validate.Length(min=1, max=320),
+        metadata={
+            "description": "Part of an address (any case), as the console's search: "
+            "`rcpt.test` finds every recipient there."
+        },
+    )
     transmissionId = fields.String(validate=validate.Length(max=64))
     since = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
     until = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
@@ -115,6 +125,7 @@ class Activity(MethodView):
             g.account,
             status=query.get("status"),
             recipient=query.get("recipient"),
+            recipient_contains=query.get("recipientContains", ""),
             transmission_id=query.get("transmissionId"),
             since=_epoch_ms(query.get("since")),
             until=_epoch_ms(query.get("until")),

@@ -37,7 +37,10 @@ class TemplateInSchema(RequestBodySchema):
             rf"^{ID_PATTERN.pattern}$",
             error="Use 1-64 of a-z, 0-9, '_' and '-', starting with a letter or digit.",
         ),
-        metadata={"description": "Your id for the template; generated when absent."},
+        metadata={
+            "description": "Your id for the template; generated when absent.",
+            "example": "order-shipped",
+        },
     )
     name = fields.String(required=True, validate=validate.Length(min=1, max=MAX_NAME_LENGTH))
     subject = fields.String(**_PART, metadata={"description": "May use shortcodes."})

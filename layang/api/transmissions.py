@@ -56,10 +56,12 @@ blp = Blueprint(
 
 
 class AddressSchema(CompatSchema):
-    email = EmailAddress(required=True, metadata={"description": "An email address."})
+    email = EmailAddress(
+        required=True, metadata={"description": "An email address.", "example": "ana@example.org"}
+    )
     name = fields.String(
         validate=[validate.Length(max=MAX_DISPLAY_NAME), no_line_breaks],
-        metadata={"description": "Display name (optional)."},
+        metadata={"description": "Display name (optional).", "example": "Ana Putri"},
     )
 
     @ma.pre_load
@@ -80,14 +82,20 @@ class AddressSchema(CompatSchema):
 class AttachmentSchema(CompatSchema):
     mimeType = fields.String(
         validate=validate.Regexp(MEDIA_TYPE, error="Not a valid media type (type/subtype)."),
-        metadata={"description": "Media type; guessed from the file name when absent."},
+        metadata={
+            "description": "Media type; guessed from the file name when absent.",
+            "example": "application/pdf",
+        },
     )
     filename = fields.String(
         required=True,
         validate=validate.Length(max=MAX_FILENAME),
-        metadata={"description": "File name with extension, no path."},
+        metadata={"description": "File name with extension, no path.", "example": "invoice.pdf"},
     )
-    value = fields.String(required=True, metadata={"description": "The content, Base64."})
+    value = fields.String(
+        required=True,
+        metadata={"description": "The content, Base64.", "example": "JVBERi0xLjQKJcOkw7zDtsOfCg=="},
+    )
     contentId = fields.String(
         metadata={
             "description": "Content-ID, with or without <>: the HTML shows an inline part as "
@@ -215,8 +223,13 @@ class OptionsAttributesSchema(CompatSchema):
 
 def _addresses(description: str, **kwargs: Any) -> fields.List:
     return fields.List(
-        fields.Nested(AddressSchema), metadata={"description": description}, **kwargs
+        fields.Nested(AddressSchema),
+        metadata={"description": f"{description} One address may stand alone, not in a list."},
+        **kwargs,
     )
+
+
+ADDRESS_LISTS = ("to", "cc", "bcc", "replyTo")
 
 
 class TransmissionRequestSchema(CompatSchema):
@@ -274,6 +287,14 @@ class TransmissionRequestSchema(CompatSchema):
     substitutionData = fields.Dict(
         keys=fields.String(), metadata={"description": "Values for the template's shortcodes."}
     )
+
+    @ma.pre_load
+    def one_address(self, data: Any, **kwargs: Any) -> Any:
+        """``"to": "a@x"`` (or one address object) is a list of one, as in the SDK."""
+        if not isinstance(data, dict):
+            return data
+        single = [k for k in ADDRESS_LISTS if isinstance(data.get(k), str | dict)]
+        return {**data, **{k: [data[k]] for k in single}} if single else data
 
     @ma.pre_load
     def attachment_alias(self, data: Any, **kwargs: Any) -> Any:

@@ -254,14 +254,17 @@ def run() -> None:
         _, secret = accounts.create_api_key(account, label="created by layang run")
         click.echo(f"Created account 'default' (live) with API key: {secret}")
         click.echo("Keep it: it is shown only this once. To use it in this shell:")
-        click.echo(f"  export LAYANG_KEY={secret}")
+        click.echo(f"  export LAYANG_API_KEY={secret}")
     stop = threading.Event()
     on_stop_signal(stop)
 
     def print_urls() -> None:
+        notice = sending_domains.development_values(config)
+        if notice:
+            click.echo(notice)
         click.echo(f"API: {config.public_url}/v1")
         click.echo(f"Docs: {config.public_url}/docs")
-        click.echo(f"Console: {config.public_url}/console")
+        click.echo(f"Console: {config.public_url}/console")  # the last line: "ready"
 
     run_all(config, stop, listeners, on_ready=print_urls)
 

@@ -60,7 +60,12 @@ FilePath = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path
     help="The template's substitution data, a JSON object.",
 )
 @click.option("--attach", multiple=True, type=FilePath, help="A file to attach. Repeatable.")
-@click.option("--key", envvar="LAYANG_API_KEY", show_envvar=True, help="The API key.")
+@click.option(
+    "--key",
+    envvar=["LAYANG_API_KEY", "LAYANG_KEY"],
+    show_envvar=True,
+    help="The API key ($LAYANG_KEY is read too).",
+)
 @click.option(
     "--base-url",
     envvar="LAYANG_BASE_URL",

@@ -272,14 +272,16 @@ def list_activity(
     until: int | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    recipient_contains: str = "",
 ) -> Page[ActivityRecord]:
     """One page of the account's records, newest first.
 
     ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
-    with such an event); ``recipient`` is an exact address (any case); ``since``/``until``
-    bound the creation time (epoch ms, inclusive).
+    with such an event); ``recipient`` is an exact address (any case), ``recipient_contains``
+    part of one; ``since``/``until`` bound the creation time (epoch ms, inclusive).
     """
-    query = _activity_query(account, status, recipient, transmission_id, since, until)
+    search = ActivitySearch(recipient_contains=recipient_contains) if recipient_contains else None
+    query = _activity_query(account, status, recipient, transmission_id, since, until, search)
     page = keyset_page(query, Recipient.id, limit=limit, cursor=cursor)
     events = _events_by_recipient(r.id for r in page.items)
     return page.map(lambda r: _record(r, r.transmission, events[r.id]))

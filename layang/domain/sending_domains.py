@@ -128,6 +128,39 @@ def inbound_host(config: Config) -> str:
     return (config.inbound_host or _host_of(config.public_url) or "localhost").rstrip(".")
 
 
+def _local(host: str) -> bool:
+    """Whether ``host`` only makes sense on this machine or its private network."""
+    host = host.rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.removeprefix("bounces."))
+    except ValueError:
+        return False
+    return not address.is_global
+
+
+def development_values(config: Config) -> str | None:
+    """What the suggested records and return path take from a development configuration
+    (a loopback or private host), and which settings make them real; None when nothing does."""
+    found = []
+    mx_host = inbound_host(config)
+    if _local(mx_host):
+        found.append(f"MX 10 {mx_host}")
+    mechanism = spf_mechanism(config)
+    if _local(mechanism.split(":", 1)[1]):
+        found.append(mechanism)
+    if _local(config.bounce_domain):
+        found.append(config.bounce_domain)
+    if not found:
+        return None
+    return (
+        f"Development values: {', '.join(found)} work only on this machine. Set "
+        "LAYANG_PUBLIC_URL to this service's public https:// address (or LAYANG_INBOUND_HOST, "
+        "LAYANG_BOUNCE_DOMAIN and an smtp:// LAYANG_RELAY_URL) to make them real."
+    )
+
+
 def expected_records(row: SendingDomain, keys: list[DkimKey], config: Config) -> list[DnsRecord]:
     """What the operator publishes for ``row``, unchecked."""
     records = [

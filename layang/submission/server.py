@@ -98,7 +98,7 @@ class SubmissionHandler:
         if account is None:
             log.info("smtp auth failed user=%r", user_text[:64])
             if isinstance(server, SubmissionSMTP):
-                server.auth_failed()
+                server.count_auth_failure()
             return AuthResult(
                 success=False, handled=False, message="535 5.7.8 Authentication credentials invalid"
             )
@@ -345,7 +345,8 @@ class SubmissionSMTP(CappedSMTP):
     def refused(self) -> None:
         _warn_refused(self.limits, self._address)
 
-    def auth_failed(self) -> None:
+    # Not named auth_*: aiosmtpd takes every such method for a mechanism and advertises it.
+    def count_auth_failure(self) -> None:
         """Count wrong credentials, for this connection and for its client address."""
         self._auth_failures += 1
         self.limits.auth_failed(self._address)

@@ -9,6 +9,7 @@ from layang.web import (
     consent_page,
     console,
     console_guardrails,
+    console_overview,
     console_queue,
     console_security,
     console_suppressions,
@@ -29,12 +30,19 @@ consent_page.register(web)
 tracked_links.register(web)
 unsubscribe_page.register(web)
 console.register(web)
+console_overview.register(web)
 console_suppressions.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
 console_security.register(web)
 console_guardrails.register(web)
 error_pages.register(web)
+
+
+@web.get("/favicon.ico")
+def favicon() -> flask.Response:
+    """For the pages that name no icon (the API's documentation, a JSON answer shown raw)."""
+    return web.send_static_file("favicon.svg")
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:

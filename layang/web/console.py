@@ -9,6 +9,7 @@ import contextlib
 import functools
 import hmac
 import json
+import re
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -92,7 +93,7 @@ def _safe_next(target: str | None) -> str:
     # Only paths inside the console: never an open redirect.
     if target and target.startswith("/console") and not target.startswith("//"):
         return target
-    return url_for("web.console_activity")
+    return url_for("web.console_overview")
 
 
 def login() -> Any:
@@ -155,7 +156,17 @@ DETAIL_LABELS = {
     "userAgent": "User agent",
     "source": "Received via",
     "tls": "TLS",
+    "lastAt": "Last at",
+    "count": "Times",
+    "first": "First time",
+    "status": "Status code",
 }
+
+
+def detail_label(key: str) -> str:
+    """A detail key as words: its known label, else the key itself spelt out (``lastAt``:
+    "Last at")."""
+    return DETAIL_LABELS.get(key) or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).capitalize()
 
 
 def _metadata_filter(value: str) -> tuple[str, str] | None:
@@ -541,7 +552,10 @@ def domains_page(account: Account) -> Any:
         return redirect(url_for("web.console_domains"))
     page = sending_domains.list_domains(account, config, limit=500)
     return render_template(
-        "console/domains.html", domains=page.items, split_txt=sending_domains.split_txt
+        "console/domains.html",
+        domains=page.items,
+        split_txt=sending_domains.split_txt,
+        development_values=sending_domains.development_values(config),
     )
 
 
@@ -551,7 +565,15 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
     try:
         if action == "verify":
             state = sending_domains.verify_domain(account, domain, config)
-            flash(f"{state.domain}: {state.status}; every record was checked in DNS just now.")
+            wrong = [r.purpose.upper() for r in state.records if r.status != sending_domains.OK]
+            if wrong:
+                flash(
+                    f"{state.domain}: {state.status}; checked in DNS just now, "
+                    f"{len(wrong)} not found as expected: {', '.join(wrong)}.",
+                    "warn",
+                )
+            else:
+                flash(f"{state.domain}: {state.status}; every record was found in DNS just now.")
         elif action == "rotate":
             state = sending_domains.rotate_key(account, domain, config)
             flash(f"{state.domain}: a new key waits; publish its record, then press Verify.")
@@ -569,7 +591,7 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
 def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
         ("/", "root", lambda: redirect(url_for("web.console_home")), ["GET"]),
-        ("/console", "console_home", lambda: redirect(url_for("web.console_activity")), ["GET"]),
+        ("/console", "console_home", lambda: redirect(url_for("web.console_overview")), ["GET"]),
         ("/console/login", "console_login", login, ["GET", "POST"]),
         ("/console/logout", "console_logout", logout, ["POST"]),
         ("/console/activity", "console_activity", activity_page, ["GET"]),
@@ -634,6 +656,6 @@ def register(blueprint: flask.Blueprint) -> None:
     for rule, endpoint, view, methods in rules:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
-    blueprint.add_app_template_global(DETAIL_LABELS, "detail_labels")
+    blueprint.add_app_template_filter(detail_label, "detail_label")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")

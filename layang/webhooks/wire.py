@@ -146,10 +146,16 @@ def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
     return None
 
 
+PRIVATE_HINT = (
+    " For local development, set LAYANG_WEBHOOK_ALLOW_PRIVATE=true to allow http:// and "
+    "private addresses."
+)
+
+
 def url_problem(url: str, allow_private: bool) -> str | None:
     """Why ``url`` cannot be a webhook endpoint as written (scheme, host, an address named
     literally or in a numeric IPv4 form), or None. Names are checked when resolved, at each
-    delivery."""
+    delivery. A refusal that ``LAYANG_WEBHOOK_ALLOW_PRIVATE`` would lift says so."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -157,7 +163,8 @@ def url_problem(url: str, allow_private: bool) -> str | None:
         return f"Not a valid URL ({error})."
     allowed = ("https", "http") if allow_private else ("https",)
     if parts.scheme not in allowed:
-        return "Must be an https:// URL."
+        hint = PRIVATE_HINT if parts.scheme == "http" else ""
+        return "Must be an https:// URL." + hint
     host = parts.hostname
     if not host:
         return "The URL names no host."
@@ -174,10 +181,13 @@ def url_problem(url: str, allow_private: bool) -> str | None:
                 "decimal numbers (such as 192.0.2.10) or use a host name."
             )
         if not allow_private and (host == "localhost" or host.endswith(".localhost")):
-            return f"{host} is a loopback name; use a public address."
+            return f"{host} is a loopback name; use a public address." + PRIVATE_HINT
         return None
     refusal = address_refusal(address, allow_private)
-    return f"{host} is {refusal}; use a public address." if refusal else None
+    if refusal is None:
+        return None
+    hint = PRIVATE_HINT if address_refusal(address, True) is None else ""
+    return f"{host} is {refusal}; use a public address." + hint
 
 
 class Refused(Exception):

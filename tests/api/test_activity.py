@@ -86,6 +86,10 @@ def test_filters(client, auth, upstream, relay_to):
     assert query(status="Delivery") == [(first, "good@rcpt.test")]
     assert query(status="Injection") == [(second, "Good@rcpt.test")]
     assert len(query(recipient="GOOD@rcpt.test")) == 2
+    assert query(recipient="good") == []  # a whole address…
+    assert len(query(recipientContains="GOOD")) == 2  # …or part of one, as in the console
+    assert len(query(recipientContains="rcpt.test")) == 3
+    assert query(recipientContains="bad@", status="Bounce") == [(first, "bad@rcpt.test")]
     assert query(transmissionId=second) == [(second, "Good@rcpt.test")]
     assert query(status="Open") == []
     assert len(query(since="2000-01-01T00:00:00Z")) == 3
@@ -99,6 +103,7 @@ def test_bad_query_parameters(client, auth):
         ({"status": "Lost"}, "status"),
         ({"since": "yesterday"}, "since"),
         ({"nope": 1}, "nope"),
+        ({"recipientContains": ""}, "recipientContains"),
     ]:
         response = client.get("/v1/layang/activity", query_string=q, headers=auth)
         assert response.status_code == 400, q

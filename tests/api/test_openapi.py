@@ -131,3 +131,39 @@ def test_authorized_recipients(app, client, spec):
     assert got.get_json()["verifiedAt"] == "1970-01-01T00:00:00.001Z"
     listed = client.get(f"{BASE}{path}", headers=auth)
     assert_documented(spec, path, "get", listed)
+
+
+def test_the_description_is_current_and_the_examples_are_realistic(client, auth, spec):
+    import re
+
+    description = spec["info"]["description"]
+    for tag in spec["tags"]:
+        assert tag["name"].replace("_", " ") in description, tag["name"]
+    patterned = [
+        (name, prop, schema)
+        for name, component in spec["components"]["schemas"].items()
+        for prop, schema in component.get("properties", {}).items()
+        if "pattern" in schema
+    ]
+    assert patterned  # else the check below checks nothing
+    for name, prop, schema in patterned:
+        # Without an example, the docs' "Try it out" makes one up from the pattern.
+        assert re.fullmatch(schema["pattern"], schema.get("example", "")), (name, prop)
+
+    # The examples make a message the API accepts.
+    attachment = spec["components"]["schemas"]["Attachment"]["properties"]
+    address = spec["components"]["schemas"]["Address"]["properties"]
+    sent = client.post(
+        f"{BASE}/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "sandbox@sandbox.layang.test"},
+            "to": {"email": "success@simulator.layang.test", "name": address["name"]["example"]},
+            "subject": "Invoice",
+            "bodyText": "Attached.",
+            "attachments": [
+                {k: attachment[k]["example"] for k in ("filename", "mimeType", "value")}
+            ],
+        },
+    )
+    assert sent.status_code == 200, sent.get_json()

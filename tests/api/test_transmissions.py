@@ -268,7 +268,7 @@ def test_international_domain_is_accepted(client, auth):
         ({"bodyText": None}, "bodyText"),
         ({"templateId": "x" * 65}, "templateId"),
         ({"cc": [{"email": "ok@rcpt.test"}, {"email": "bad@"}]}, "cc.1.email"),
-        ({"bcc": "someone@rcpt.test"}, "bcc"),
+        ({"bcc": 42}, "bcc"),  # one address needs no list, but it must be an address
         ({"unknownField": 1}, "unknownField"),
         ({"optionsAttributes": {"openTracking": "sometimes"}}, "optionsAttributes.openTracking"),
         ({"optionsAttributes": {"bogus": True}}, "optionsAttributes.bogus"),
@@ -460,3 +460,24 @@ def test_addresses_may_be_strings_as_in_the_sdk(client, auth, upstream, relay_to
     bad = post(client, auth, message(**{"from": "Shop <nowhere>"}))
     assert_error(bad, 400, "validation_failed")
     assert bad.get_json()["message"] == "from.email: Not a valid email address."
+
+
+def test_one_address_needs_no_list(client, auth, upstream, relay_to):
+    from tests.conftest import drain
+
+    response = post(
+        client,
+        auth,
+        message(to="Ana <ana@rcpt.test>", cc={"email": "cy@rcpt.test"}, bcc="dee@rcpt.test"),
+    )
+    assert response.status_code == 200, response.get_json()
+    drain(relay_to(upstream))
+    assert sorted(r for copy in upstream.received for r in copy.rcpt_tos) == [
+        "ana@rcpt.test",
+        "cy@rcpt.test",
+        "dee@rcpt.test",
+    ]
+    assert upstream.received[0].message["To"] == "Ana <ana@rcpt.test>"
+    bad = post(client, auth, message(to="nowhere"))
+    assert_error(bad, 400, "validation_failed")
+    assert bad.get_json()["message"] == "to.0.email: Not a valid email address."

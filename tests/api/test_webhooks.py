@@ -152,6 +152,22 @@ def test_urls_that_are_not_https_or_name_a_refused_address_are_400(client, auth,
     assert patched.status_code == 400 and list(patched.json["errors"]) == ["url"]
 
 
+@pytest.mark.parametrize(
+    ("url", "hinted"),
+    [
+        ("http://hooks.example.com/", True),
+        ("https://127.0.0.1/h", True),
+        ("https://localhost:8443/h", True),
+        ("https://192.168.0.10/h", True),
+        ("https://169.254.169.254/latest/meta-data", False),  # refused whatever the setting
+        ("ftp://hooks.example.com/", False),
+    ],
+)
+def test_a_refusal_the_setting_lifts_names_the_setting(client, auth, url, hinted):
+    message = create(client, auth, url=url).json["message"]
+    assert ("LAYANG_WEBHOOK_ALLOW_PRIVATE=true" in message) is hinted, message
+
+
 def test_validation_names_the_field(client, auth):
     unknown = create(client, auth, events=["Delivery", "Teleport"])
     assert unknown.status_code == 400

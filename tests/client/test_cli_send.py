@@ -79,6 +79,11 @@ def test_errors(layang):
     )  # fmt: skip
     assert unknown.exit_code == 1 and json.loads(unknown.stderr)["error"] == "unauthorized"
 
+    other_name = layang(
+        "--from", "a@x.example", "--to", "b@x.example", "--text", "x", "--subject", "x",
+        env={"LAYANG_API_KEY": None, "LAYANG_KEY": "lyg_wrong"},
+    )  # fmt: skip
+    assert other_name.exit_code == 1 and json.loads(other_name.stderr)["error"] == "unauthorized"
     no_key = layang("--from", "a@x.example", "--to", "b@x.example", env={"LAYANG_API_KEY": ""})
     assert no_key.exit_code == 2 and "LAYANG_API_KEY" in no_key.stderr
     bad_data = layang(

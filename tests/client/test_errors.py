@@ -98,8 +98,12 @@ def test_connection_refused(api_key):
 
 def test_configuration_errors(monkeypatch):
     monkeypatch.delenv("LAYANG_API_KEY", raising=False)
+    monkeypatch.delenv("LAYANG_KEY", raising=False)
     with pytest.raises(ValueError, match="API key"):
         Layang()
+    monkeypatch.setenv("LAYANG_KEY", "lyg_other_name")  # the name `layang run` once printed
+    with Layang() as sdk:
+        assert sdk._api_key == "lyg_other_name"
     monkeypatch.setenv("LAYANG_API_KEY", "lyg_env")
     monkeypatch.setenv("LAYANG_BASE_URL", "http://mail.example:9000/")
     with Layang() as sdk:

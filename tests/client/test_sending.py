@@ -157,6 +157,8 @@ def test_activity_follows_cursors_lazily(live_server, api_key):
         # Filters reach the service; an unconsumed iterator costs one page only.
         only = list(sdk.activity.list(recipient="r4@rcpt.example"))
         assert [r["transmissionId"] for r in only] == [sent[4]]
+        part = list(sdk.activity.list(recipient_contains="R5@"))
+        assert [r["recipient"] for r in part] == ["r5@rcpt.example"]
         by_id = list(sdk.activity.list(transmission_id=sent[2], status="Injection"))
         assert [r["recipient"] for r in by_id] == ["r2@rcpt.example"]
         assert (

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 import smtplib
 from dataclasses import replace
 from email.message import EmailMessage
+from pathlib import Path
 
 import pytest
 
@@ -214,3 +217,26 @@ def test_the_sandbox_still_refuses_real_recipients_and_other_senders(client, con
     )
     assert other_sender.status_code == 422
     assert other_sender.get_json()["error"] == "sender_not_allowed"
+
+
+def test_the_readmes_example_run_again_after_clearing_shows_the_same_outcomes(client, auth, worker):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### The mailbox simulator", 1)[1].split("## What it does", 1)[0]
+    example = json.loads(re.search(r"-d '(\{.*?\})'", section, re.S).group(1))
+    clear = re.search(r"curl -s -X DELETE \$API(/suppressions/\S+)", section).group(1)
+
+    def run() -> dict[str, str]:
+        response = client.post("/v1/layang/transmissions", headers=auth, json=example)
+        assert response.status_code == 200, response.get_json()
+        tid = response.get_json()["transmissionId"]
+        drain(worker, until=lambda: settled(client, auth, tid))
+        return {r: record["status"] for r, record in activity(client, auth, tid).items()}
+
+    first = run()
+    assert first == {
+        "success@simulator.layang.test": "Delivery",
+        "bounce@simulator.layang.test": "Bounce",
+    }
+    assert run()["bounce@simulator.layang.test"] == "Suppressed"  # as the README warns
+    assert client.delete(f"/v1/layang{clear}", headers=auth).status_code == 204
+    assert run() == first

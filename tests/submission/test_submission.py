@@ -92,7 +92,8 @@ def test_starttls_then_auth_then_queued(server, smtp_config, trial, upstream, re
     assert code == 530  # authentication required
     smtp.starttls(context=client_context())
     smtp.ehlo()
-    assert "PLAIN" in smtp.esmtp_features["auth"] and "LOGIN" in smtp.esmtp_features["auth"]
+    # Only the real mechanisms: no helper method of the server taken for one.
+    assert sorted(smtp.esmtp_features["auth"].split()) == ["LOGIN", "PLAIN"]
     assert int(smtp.esmtp_features["size"]) == smtp_config.max_message_bytes
     smtp.login(account.name, key)
     msg = message(Bcc="hidden@rcpt.test")

@@ -51,7 +51,9 @@ def test_console_in_a_browser(client, upstream, relay_to, browser, live_server):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     sign_in(page, live_server, acme_key)
-    assert page.url.endswith("/console/activity")
+    assert page.url.endswith("/console/overview")  # the console opens on the overview
+    page.get_by_role("link", name="Activity").click()
+    page.wait_for_load_state()
 
     row = page.locator("table.list tbody tr").filter(has_text="ana@rcpt.test")
     assert row.count() == 1
@@ -101,6 +103,7 @@ def test_console_in_a_browser(client, upstream, relay_to, browser, live_server):
 
     # The other account sees none of acme's data.
     sign_in(page, live_server, other_key)
+    page.goto(live_server + "/console/activity")
     assert "No emails match." in page.locator("main").inner_text()
     page.goto(live_server + "/console/recipients")
     assert "bea@rcpt.test" not in page.locator("main").inner_text()
@@ -162,7 +165,7 @@ def test_no_open_redirect_after_sign_in(app, account, api_key):
             f"/console/login?next={target}", data={"csrf_token": token, "api_key": api_key}
         )
         assert response.status_code == 302
-        assert response.headers["Location"] == "/console/activity", target
+        assert response.headers["Location"] == "/console/overview", target
 
 
 def test_a_send_key_cannot_sign_in_and_a_read_key_only_looks(client, account):

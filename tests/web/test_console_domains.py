@@ -48,9 +48,31 @@ def test_domains_page_in_a_browser(app, config, dns_zone, browser, live_server):
     assert copied.replace('" "', "").strip('"') == record.value
     screenshot(page, "console-domains-pending")
 
-    dns_zone.publish({"type": r.type, "name": r.name, "value": r.value} for r in state.records)
+    # The development defaults are called what they are, with the settings that make them real.
+    notice = page.locator(".development-values").inner_text()
+    assert "MX 10 127.0.0.1" in notice and "ip4:127.0.0.1" in notice
+    assert "bounces.127.0.0.1" in notice and "LAYANG_PUBLIC_URL" in notice
+
+    # Nothing published yet: the answer to Verify is a warning naming what is missing.
     section.get_by_role("button", name="Verify").click()
     page.wait_for_load_state()
+    flashed = page.locator("p[role=status].flash")
+    assert flashed.get_attribute("class") == "flash flash-warn"
+    assert "4 not found as expected: DKIM, SPF, DMARC, RETURN-PATH" in flashed.inner_text()
+    page.goto(live_server + "/console/overview")
+    attention = page.locator("section.attention").inner_text()
+    assert "example.com is not verified" in attention
+    assert "example.com: DNS records missing or wrong" in attention
+    page.goto(live_server + "/console/domains")
+
+    dns_zone.publish({"type": r.type, "name": r.name, "value": r.value} for r in state.records)
+    section = page.locator("section.domain[data-domain='example.com']")
+    section.get_by_role("button", name="Verify").click()
+    page.wait_for_load_state()
+    assert page.locator("p[role=status].flash").get_attribute("class") == "flash flash-message"
+    page.goto(live_server + "/console/overview")
+    assert page.locator("section.attention").count() == 0
+    page.goto(live_server + "/console/domains")
     section = page.locator("section.domain[data-domain='example.com']")
     assert section.locator("h2 .badge").inner_text() == "verified"
     assert set(section.locator("table.records .badge").all_inner_texts()) == {"ok"}

@@ -364,6 +364,9 @@ def test_search_and_paging_in_the_database(client, auth, account, backend):
     assert middle.newer_cursor == first.items[2].id
 
 
+LAST_AT = "2026-11-25T08:30:00.000Z"
+
+
 def test_any_status_shows_in_the_timeline_with_its_detail(client, auth, api_key):
     record_id = _record_id(client, auth, _send(client, auth))
     with write_transaction():
@@ -373,7 +376,7 @@ def test_any_status_shows_in_the_timeline_with_its_detail(client, auth, api_key)
                     record_id,
                     "Complaint",
                     now_ms(),
-                    json.dumps({"feedbackType": "abuse", "note": MARKUP}),
+                    json.dumps({"feedbackType": "abuse", "note": MARKUP, "lastAt": LAST_AT}),
                 )
             ]
         )
@@ -381,7 +384,10 @@ def test_any_status_shows_in_the_timeline_with_its_detail(client, auth, api_key)
     _login(client, api_key)
     page = client.get(f"/console/activity/{record_id}").get_data(as_text=True)
     assert '<span class="badge badge-complaint">Complaint</span>' in page
-    assert "<dt>feedbackType</dt>" in page and ">abuse</dd>" in page
+    # Labels in words, whatever the key.
+    assert "<dt>Feedback type</dt>" in page and ">abuse</dd>" in page
+    assert "<dt>Last at</dt>" in page and "lastAt" not in page
+    assert f'<time datetime="{LAST_AT}">2026-11-25 08:30:00 UTC</time>' in page
     assert MARKUP not in page and "&lt;img src=x onerror=alert(1)&gt;</dd>" in page
     for path in ("/console/templates", "/console/templates/x", "/console/templates/x/edit"):
         page = client.get(path).get_data(as_text=True)

@@ -19,6 +19,7 @@ def test_each_simulator_outcome_shows_in_the_console(
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     sign_in(page, live_server, key)
+    page.goto(live_server + "/console/activity")
     rows = page.locator("table.activity tbody tr")
     for address, (status, _, classes) in EXPECTED.items():
         # "bounce@" is part of "softbounce@": match the recipient's link exactly.

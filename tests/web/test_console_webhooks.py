@@ -12,7 +12,7 @@ from standardwebhooks import Webhook
 
 from layang.domain import accounts
 from layang.webhooks.dispatcher import Dispatcher
-from tests.browser import screenshot
+from tests.browser import overflow, screenshot
 from tests.web.test_console import _login, sign_in
 from tests.webhook_receiver import Receiver
 
@@ -25,9 +25,19 @@ def config(config):
 def test_webhooks_page_in_a_browser(app, config, browser, live_server, receiver: Receiver):
     acme = accounts.create_account("acme", live=True)
     key = accounts.create_api_key(acme)[1]
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server)
+    page = context.new_page()
     sign_in(page, live_server, key)
     page.get_by_role("link", name="Webhooks").click()
+    # The form reads like the others: a styled URL box, each checkbox beside its label.
+    url_box = page.locator("input[name=url]").bounding_box()
+    assert url_box["width"] > 300 and url_box["height"] > 30
+    for kind in ("Delivery", "Bounce"):
+        box = page.get_by_label(kind).bounding_box()
+        text = page.locator("fieldset.events label", has_text=kind).first.bounding_box()
+        assert box["x"] - text["x"] < 4 and text["width"] < 140, kind
+    assert overflow(page) == []
     assert page.locator(".empty").inner_text() == "No webhook endpoints yet."
 
     page.fill("input[name=url]", "https://169.254.169.254/latest/meta-data")
@@ -43,6 +53,9 @@ def test_webhooks_page_in_a_browser(app, config, browser, live_server, receiver:
     page.wait_for_load_state()
     secret = page.locator("code.secret-value").inner_text()
     assert secret.startswith("whsec_")
+    page.locator("section.secret").get_by_role("button", name="Copy").click()
+    assert page.evaluate("() => navigator.clipboard.readText()") == secret
+    assert overflow(page) == []
     section = page.locator("section.webhook")
     assert "Events: Delivery, Bounce" in section.inner_text()
     screenshot(page, "console-webhooks-added")

@@ -1,0 +1,361 @@
+"""The overview: what an account's mail did over the last 24 hours, 7 days or 30 days, by kind
+of event, by sending domain, against the mailbox providers' thresholds; what waits in the
+queue; and what needs the account's attention.
+
+The figures count events (contract 16): an email that got a ``Delivery`` counts as delivered
+even when a ``Complaint`` followed. They come from ``activity_count``, which the database keeps
+as events are stored (migration 18), so each chart is one aggregate query over a few hundred
+rows, however many records the account has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from peewee import fn
+
+from layang.clock import now_ms
+from layang.config import Config
+from layang.db import database, is_postgresql
+from layang.domain import sending_domains
+from layang.mail.bounce_class import BOUNCE_CLASSES
+from layang.models import (
+    BOUNCE,
+    CLICK,
+    COMPLAINT,
+    DELAY,
+    DELIVERY,
+    INJECTION,
+    OPEN,
+    VERIFIED,
+    Account,
+    ActivityCount,
+    WebhookEndpoint,
+)
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True)
+class Period:
+    key: str
+    label: str
+    span_ms: int
+    step_ms: int  # one point of the chart
+
+
+PERIODS = {
+    "24h": Period("24h", "last 24 hours", DAY_MS, HOUR_MS),
+    "7d": Period("7d", "last 7 days", 7 * DAY_MS, 6 * HOUR_MS),
+    "30d": Period("30d", "last 30 days", 30 * DAY_MS, DAY_MS),
+}
+DEFAULT_PERIOD = "7d"
+
+# (key, label, the counted kinds)
+ACTIVITY_SERIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("sent", "Sent", (INJECTION,)),
+    ("delivered", "Delivered", (DELIVERY,)),
+    ("deferred", "Deferred", (DELAY,)),
+    ("bounced", "Bounced", tuple(f"{BOUNCE}:{c}" for c in BOUNCE_CLASSES)),
+    ("complained", "Complaints", (COMPLAINT,)),
+    ("opened", "Opens", (OPEN,)),
+    ("clicked", "Clicks", (CLICK,)),
+)
+BOUNCE_SERIES = tuple((c, c.capitalize(), (f"{BOUNCE}:{c}",)) for c in BOUNCE_CLASSES)
+
+# The large mailbox providers' limits (Gmail's and Yahoo's bulk sender rules): complaints
+# under 0.3 % of delivered mail, 0.1 % as the target; bounces alarm at 5 % and harm at 10 %.
+BOUNCE_WARN, BOUNCE_LIMIT = 0.05, 0.10
+COMPLAINT_WARN, COMPLAINT_LIMIT = 0.001, 0.003
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    label: str
+    values: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.values)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``numerator / denominator`` against a warning and a limit (None: no threshold)."""
+
+    key: str
+    label: str
+    numerator: int
+    denominator: int
+    warn: float | None
+    limit: float | None
+    higher_is_better: bool = False
+
+    @property
+    def value(self) -> float | None:
+        return self.numerator / self.denominator if self.denominator else None
+
+    @property
+    def standing(self) -> str:
+        """``ok``, ``warn`` or ``bad`` against the thresholds; ``none`` without mail."""
+        value = self.value
+        if value is None:
+            return "none"
+        if self.limit is not None and value >= self.limit:
+            return "bad"
+        if self.warn is not None and value >= self.warn:
+            return "warn"
+        return "ok"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """Points from ``starts[0]`` on, one each ``period.step_ms``; the last may be partial."""
+
+    period: Period
+    starts: tuple[int, ...]
+    series: tuple[Series, ...]
+
+    def total(self, key: str) -> int:
+        return next(s.total for s in self.series if s.key == key)
+
+
+def _rates(totals: dict[str, int]) -> tuple[Rate, ...]:
+    sent, delivered = totals.get("sent", 0), totals.get("delivered", 0)
+    return (
+        Rate("delivery", "Delivery rate", delivered, sent, None, None, higher_is_better=True),
+        Rate("bounce", "Bounce rate", totals.get("bounced", 0), sent, BOUNCE_WARN, BOUNCE_LIMIT),
+        Rate(
+            "complaint",
+            "Complaint rate",
+            totals.get("complained", 0),
+            delivered,
+            COMPLAINT_WARN,
+            COMPLAINT_LIMIT,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class DomainFigures:
+    domain: str
+    sent: int
+    delivered: int
+    deferred: int
+    bounced: int
+    complained: int
+    opened: int
+    clicked: int
+
+    @property
+    def rates(self) -> tuple[Rate, ...]:
+        return _rates(
+            {
+                "sent": self.sent,
+                "delivered": self.delivered,
+                "bounced": self.bounced,
+                "complained": self.complained,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Activity:
+    """The period's events over time, its bounces by class, its totals per sending domain
+    (busiest first), and the rates of its totals."""
+
+    chart: Chart
+    bounces: Chart
+    domains: tuple[DomainFigures, ...]
+
+    @property
+    def rates(self) -> tuple[Rate, ...]:
+        return _rates({s.key: s.total for s in self.chart.series})
+
+
+def _first_point(period: Period, now: int) -> int:
+    # Points start on whole steps (UTC), the newest holding now.
+    return (now // period.step_ms + 1) * period.step_ms - period.span_ms
+
+
+def activity(account: Account, period: Period, now: int | None = None) -> Activity:
+    """The account's events in ``period`` (ending now), by point, sending domain and kind: one
+    query, read into every chart and table of the period."""
+    now = now_ms() if now is None else now
+    start = _first_point(period, now)
+    points = period.span_ms // period.step_ms
+    bucket = (ActivityCount.hour - start) / period.step_ms
+    rows = (
+        ActivityCount.select(
+            bucket, ActivityCount.domain, ActivityCount.kind, fn.SUM(ActivityCount.count)
+        )
+        .where((ActivityCount.account == account.id) & (ActivityCount.hour >= start))
+        .group_by(bucket, ActivityCount.domain, ActivityCount.kind)
+        .tuples()
+    )
+    counts: dict[str, list[int]] = {}
+    kinds_of = {kind: key for key, _, kinds in ACTIVITY_SERIES for kind in kinds}
+    per_domain: dict[str, dict[str, int]] = {}
+    for point, domain, kind, count in rows:
+        if not 0 <= int(point) < points:
+            continue
+        counts.setdefault(kind, [0] * points)[int(point)] += int(count)
+        if kind in kinds_of:
+            figures = per_domain.setdefault(domain, {})
+            figures[kinds_of[kind]] = figures.get(kinds_of[kind], 0) + int(count)
+
+    def series(spec: tuple[tuple[str, str, tuple[str, ...]], ...]) -> tuple[Series, ...]:
+        made = []
+        for key, label, kinds in spec:
+            values = [0] * points
+            for kind in kinds:
+                for i, count in enumerate(counts.get(kind, ())):
+                    values[i] += count
+            made.append(Series(key, label, tuple(values)))
+        return tuple(made)
+
+    domains = [
+        DomainFigures(domain, **{key: figures.get(key, 0) for key, _, _ in ACTIVITY_SERIES})
+        for domain, figures in per_domain.items()
+    ]
+    starts = tuple(start + i * period.step_ms for i in range(points))
+    return Activity(
+        chart=Chart(period, starts, series(ACTIVITY_SERIES)),
+        bounces=Chart(period, starts, series(BOUNCE_SERIES)),
+        domains=tuple(sorted(domains, key=lambda f: (-f.sent, f.domain))),
+    )
+
+
+# -- the queue ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Mail waiting for one destination. ``state`` says how the destination is being treated
+    when something shapes it (a throttled or suspended site); empty while mail simply waits."""
+
+    destination: str
+    waiting: int
+    deferred: int  # of them, tried at least once
+    oldest_at: int
+    next_attempt_at: int | None
+    state: str = ""
+
+
+def _address_domain() -> str:
+    if is_postgresql():
+        return "lower(regexp_replace(\"address\", '^.*@', ''))"
+    kept = "rtrim(\"address\", replace(\"address\", '@', ''))"
+    return f'lower(substr("address", length({kept}) + 1))'
+
+
+# Only mail still due an attempt has a next attempt: the index on it holds just the queue.
+# SQLite's planner, from statistics that count every delivered record, would scan the table
+# instead, so it is told.
+_QUEUE_INDEX = 'INDEXED BY "recipient_next_attempt_at"'
+
+WAITING_SHOWN = 20
+
+
+def waiting_by_destination(account: Account, limit: int = WAITING_SHOWN) -> tuple[Waiting, ...]:
+    """The account's queued mail by recipient domain, most waiting first: one query over the
+    recipients still due an attempt."""
+    destination = _address_domain()
+    param = database.obj.param
+    index = "" if is_postgresql() else _QUEUE_INDEX
+    cursor = database.execute_sql(
+        f"SELECT {destination} AS destination, count(*), "  # noqa: S608 - no values
+        f'sum(CASE WHEN "status" = {param} THEN 1 ELSE 0 END), '
+        f'min("created_at"), min("next_attempt_at") FROM "recipient" {index} '
+        f'WHERE "next_attempt_at" IS NOT NULL AND "account_id" = {param} '
+        f"GROUP BY destination ORDER BY count(*) DESC, destination LIMIT {int(limit)}",
+        (DELAY, account.id),
+    )
+    return tuple(
+        Waiting(row[0], int(row[1]), int(row[2] or 0), int(row[3]), row[4])
+        for row in cursor.fetchall()
+    )
+
+
+# -- what needs attention -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One thing the account should look at. ``page`` names the console page that fixes it
+    (``webhooks``, ``domains``, …)."""
+
+    severity: str  # "bad" | "warn"
+    title: str
+    detail: str
+    page: str
+
+
+def failing_webhooks(account: Account, config: Config) -> Iterable[Notice]:
+    rows = WebhookEndpoint.select().where(
+        (WebhookEndpoint.account == account.id)
+        & (
+            WebhookEndpoint.disabled_at.is_null(False)
+            | WebhookEndpoint.failing_since.is_null(False)
+        )
+    )
+    for row in rows.order_by(WebhookEndpoint.id):
+        if row.disabled_at is not None:
+            yield Notice(
+                "bad",
+                f"Webhook endpoint {row.url} is disabled",
+                row.disabled_reason or "",
+                "webhooks",
+            )
+        else:
+            yield Notice(
+                "warn",
+                f"Webhook endpoint {row.url} is failing",
+                "Its requests have failed since the time shown on the Webhooks page; "
+                "they are retried.",
+                "webhooks",
+            )
+
+
+def unverified_domains(account: Account, config: Config) -> Iterable[Notice]:
+    for state in sending_domains.list_domains(account, config, limit=100).items:
+        if state.status != VERIFIED:
+            yield Notice(
+                "warn",
+                f"{state.domain} is not verified",
+                "Publish its DNS records, then press Verify.",
+                "domains",
+            )
+
+
+def missing_dns_records(account: Account, config: Config) -> Iterable[Notice]:
+    for state in sending_domains.list_domains(account, config, limit=100).items:
+        if state.checked_at is None:
+            continue  # never checked: "not verified" says it
+        wrong = [r for r in state.records if r.status != sending_domains.OK]
+        if wrong:
+            names = ", ".join(f"{r.purpose.upper()} ({r.status})" for r in wrong)
+            yield Notice(
+                "warn",
+                f"{state.domain}: DNS records missing or wrong",
+                f"{names}, as of the last check.",
+                "domains",
+            )
+
+
+# Each check adds what it finds; a new concern (paused streams, throttled sites) is one more
+# function here.
+ATTENTION_CHECKS: list[Callable[[Account, Config], Iterable[Notice]]] = [
+    failing_webhooks,
+    unverified_domains,
+    missing_dns_records,
+]
+
+
+def needs_attention(account: Account, config: Config) -> tuple[Notice, ...]:
+    """Every check's notices, the serious first."""
+    found = [notice for check in ATTENTION_CHECKS for notice in check(account, config)]
+    return tuple(sorted(found, key=lambda n: n.severity != "bad"))

@@ -1,0 +1,181 @@
+"""The overview's charts, drawn on the server as inline SVG: no script, no library to vendor,
+and the figures are in the page as served. Each chart carries a title and a description for
+screen readers; the page shows the same figures as text beside it."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from markupsafe import Markup, escape
+
+from layang.domain.overview import DAY_MS, Chart, Rate
+
+COLOURS = {
+    "sent": "#44506a",
+    "delivered": "#1a7f4b",
+    "deferred": "#c77700",
+    "bounced": "#b42318",
+    "complained": "#d6336c",
+    "opened": "#2357d9",
+    "clicked": "#6b3fc9",
+    "hard": "#b42318",
+    "soft": "#e8890c",
+    "block": "#7a1c12",
+    "undetermined": "#8a94a6",
+}
+
+WIDTH, HEIGHT = 960, 240
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
+
+
+def _nice_ceiling(value: int) -> int:
+    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (at least 4)."""
+    if value <= 4:
+        return 4
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 5, 10):
+        if value <= step * power:
+            return step * power
+    return 10 * power  # pragma: no cover
+
+
+def point_label(chart: Chart, start: int) -> str:
+    moment = datetime.fromtimestamp(start / 1000, UTC)
+    if chart.period.step_ms >= DAY_MS:
+        return moment.strftime("%d %b")
+    if chart.period.span_ms > DAY_MS:
+        return moment.strftime("%d %b %H:%M")
+    return moment.strftime("%H:%M")
+
+
+def _frame(chart: Chart, top: int, title: str, description: str) -> list[str]:
+    plot_h = HEIGHT - TOP - BOTTOM
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title><desc>{escape(description)}</desc>",
+    ]
+    for i in range(5):
+        y = TOP + plot_h - plot_h * i / 4
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{top * i // 4:,}</text>"
+        )
+    points = len(chart.starts)
+    every = max(1, math.ceil(points / 8))
+    for i in range(0, points, every):
+        x = _x(i, points)
+        parts.append(
+            f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
+            f"{escape(point_label(chart, chart.starts[i]))}</text>"
+        )
+    return parts
+
+
+def _x(i: int, points: int) -> float:
+    plot_w = WIDTH - LEFT - RIGHT
+    return LEFT + plot_w * (i + 0.5) / points
+
+
+def _y(value: int, top: int) -> float:
+    plot_h = HEIGHT - TOP - BOTTOM
+    return TOP + plot_h - plot_h * value / top
+
+
+def describe(chart: Chart) -> str:
+    totals = ", ".join(f"{s.label.lower()} {s.total:,}" for s in chart.series)
+    return f"Over the {chart.period.label}: {totals}."
+
+
+def line_chart(chart: Chart, title: str) -> Markup:
+    """One line per series, a point per step; hovering a point names its figure."""
+    top = _nice_ceiling(max((max(s.values, default=0) for s in chart.series), default=0))
+    parts = _frame(chart, top, title, describe(chart))
+    points = len(chart.starts)
+    for series in chart.series:
+        colour = COLOURS.get(series.key, "#44506a")
+        coords = " ".join(
+            f"{_x(i, points):.1f},{_y(v, top):.1f}" for i, v in enumerate(series.values)
+        )
+        parts.append(
+            f'<g class="series" data-series="{series.key}">'
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>'
+        )
+        for i, value in enumerate(series.values):
+            if value:
+                label = f"{series.label} {point_label(chart, chart.starts[i])}: {value:,}"
+                parts.append(
+                    f'<circle cx="{_x(i, points):.1f}" cy="{_y(value, top):.1f}" r="3" '
+                    f'fill="{colour}"><title>{escape(label)}</title></circle>'
+                )
+        parts.append("</g>")
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every value above is a number or escaped
+
+
+def stacked_bars(chart: Chart, title: str) -> Markup:
+    """One bar per step, its series stacked."""
+    columns = zip(*(s.values for s in chart.series), strict=True)
+    tallest = max((sum(column) for column in columns), default=0)
+    top = _nice_ceiling(tallest)
+    parts = _frame(chart, top, title, describe(chart))
+    points = len(chart.starts)
+    width = (WIDTH - LEFT - RIGHT) / points * 0.7
+    base = [0] * points
+    for series in chart.series:
+        colour = COLOURS.get(series.key, "#44506a")
+        parts.append(f'<g class="series" data-series="{series.key}">')
+        for i, value in enumerate(series.values):
+            if value:
+                y_top, y_bottom = _y(base[i] + value, top), _y(base[i], top)
+                label = f"{series.label} {point_label(chart, chart.starts[i])}: {value:,}"
+                parts.append(
+                    f'<rect x="{_x(i, points) - width / 2:.1f}" y="{y_top:.1f}" '
+                    f'width="{width:.1f}" height="{y_bottom - y_top:.1f}" fill="{colour}">'
+                    f"<title>{escape(label)}</title></rect>"
+                )
+                base[i] += value
+        parts.append("</g>")
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every value above is a number or escaped
+
+
+def percent(value: float | None) -> str:
+    if value is None:
+        return "—"
+    shown = value * 100
+    return f"{shown:.2f} %" if shown < 1 else f"{shown:.1f} %"
+
+
+def rate_gauge(rate: Rate) -> Markup:
+    """The rate as a bar on a scale that shows its warning and its limit: twice the limit wide,
+    so a rate past that fills the bar rather than squeezing the thresholds out of sight."""
+    width, height = 320, 36
+    value = rate.value or 0.0
+    scale = 1.0 if rate.limit is None else rate.limit * 2
+    parts = [
+        f'<svg class="gauge" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(rate.label)} {escape(percent(rate.value))}">',
+        f'<rect x="0" y="10" width="{width}" height="12" rx="6" fill="#eef0f4"/>',
+    ]
+    if rate.warn is not None and rate.limit is not None:
+        warn_x, limit_x = width * rate.warn / scale, width * rate.limit / scale
+        parts.append(
+            f'<rect x="{warn_x:.1f}" y="10" width="{limit_x - warn_x:.1f}" height="12" '
+            f'fill="#fff4e0"/><rect x="{limit_x:.1f}" y="10" width="{width - limit_x:.1f}" '
+            f'height="12" fill="#fdecea"/>'
+        )
+        for x, label in ((warn_x, percent(rate.warn)), (limit_x, percent(rate.limit))):
+            parts.append(
+                f'<line class="threshold" x1="{x:.1f}" x2="{x:.1f}" y1="6" y2="26" '
+                f'stroke="#5b6475"/><text class="axis" x="{x:.1f}" y="{height - 1}" '
+                f'text-anchor="middle">{escape(label)}</text>'
+            )
+    colour = {"bad": "#b42318", "warn": "#c77700"}.get(rate.standing, "#1a7f4b")
+    parts.append(
+        f'<rect class="value" x="0" y="12" width="{width * min(value / scale, 1):.1f}" '
+        f'height="8" rx="4" fill="{colour}"/></svg>'
+    )
+    return Markup("".join(parts))  # noqa: S704 - every value above is a number or escaped

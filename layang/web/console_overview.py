@@ -1,0 +1,41 @@
+"""The console's landing page: the overview of the account's mail (contract 16)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+from flask import current_app, flash, render_template, request
+
+from layang.domain import overview
+from layang.models import Account
+from layang.web import charts
+from layang.web.console import signed_in
+
+
+@signed_in
+def overview_page(account: Account) -> Any:
+    key = request.args.get("period", overview.DEFAULT_PERIOD)
+    if key not in overview.PERIODS:
+        flash(f"period: {key!r} is not one of {', '.join(overview.PERIODS)}.", "error")
+        key = overview.DEFAULT_PERIOD
+    period = overview.PERIODS[key]
+    activity = overview.activity(account, period)
+    return render_template(
+        "console/overview.html",
+        period=period,
+        periods=overview.PERIODS.values(),
+        activity=activity,
+        activity_chart=charts.line_chart(activity.chart, f"Activity, {period.label}"),
+        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class, {period.label}"),
+        domains=activity.domains,
+        waiting=overview.waiting_by_destination(account),
+        notices=overview.needs_attention(account, current_app.config["LAYANG"]),
+        gauge=charts.rate_gauge,
+        percent=charts.percent,
+        point_label=charts.point_label,
+    )
+
+
+def register(blueprint: flask.Blueprint) -> None:
+    blueprint.add_url_rule("/console/overview", "console_overview", overview_page)
