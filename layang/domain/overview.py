@@ -18,7 +18,7 @@ from peewee import fn
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql
-from layang.domain import sending_domains
+from layang.domain import breaker, queue_view, sending_domains
 from layang.mail.bounce_class import BOUNCE_CLASSES
 from layang.models import (
     BOUNCE,
@@ -274,10 +274,27 @@ def waiting_by_destination(account: Account, limit: int = WAITING_SHOWN) -> tupl
         f"GROUP BY destination ORDER BY count(*) DESC, destination LIMIT {int(limit)}",
         (DELAY, account.id),
     )
+    rows = cursor.fetchall()
+    # Direct to MX: a domain whose site is throttled or suspended says so (one small query
+    # when no site is, the usual case).
+    held = {item.domain: item for item in queue_view.account_attention(account.id)}
     return tuple(
-        Waiting(row[0], int(row[1]), int(row[2] or 0), int(row[3]), row[4])
-        for row in cursor.fetchall()
+        Waiting(
+            row[0],
+            int(row[1]),
+            int(row[2] or 0),
+            int(row[3]),
+            row[4],
+            _held_state(held.get(row[0])),
+        )
+        for row in rows
     )
+
+
+def _held_state(item: queue_view.DomainQueue | None) -> str:
+    if item is None:
+        return ""
+    return f"{item.state} ({item.site})" + (f": {item.reason}" if item.reason else "")
 
 
 # -- what needs attention -----------------------------------------------------------------------
@@ -346,12 +363,39 @@ def missing_dns_records(account: Account, config: Config) -> Iterable[Notice]:
             )
 
 
-# Each check adds what it finds; a new concern (paused streams, throttled sites) is one more
-# function here.
+def paused_streams(account: Account, config: Config) -> Iterable[Notice]:
+    """The circuit breaker's warnings and pauses (broadcast mail refused while paused)."""
+    for standing in breaker.standings(account, config):
+        paused = standing.level >= breaker.PAUSED
+        yield Notice(
+            "bad" if paused else "warn",
+            f"Broadcast sending is paused for {standing.scope}"
+            if paused
+            else f"Reputation warning for {standing.scope}",
+            standing.reason
+            + (" Resume with `layang accounts resume` once the list is cleaned." if paused else ""),
+            "overview",
+        )
+
+
+def throttled_sites(account: Account, config: Config) -> Iterable[Notice]:
+    """Recipient domains whose mail waits on a throttled or suspended site."""
+    for item in queue_view.account_attention(account.id):
+        yield Notice(
+            "warn",
+            f"Mail to {item.domain} waits: {item.site} is {item.state}",
+            item.reason or "",
+            "queue",
+        )
+
+
+# Each check adds what it finds; a new concern is one more function here.
 ATTENTION_CHECKS: list[Callable[[Account, Config], Iterable[Notice]]] = [
     failing_webhooks,
     unverified_domains,
     missing_dns_records,
+    paused_streams,
+    throttled_sites,
 ]
 
 

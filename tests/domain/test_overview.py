@@ -121,3 +121,22 @@ def test_what_needs_attention(account, config):
         ("warn", "shop.example is not verified", "domains"),
     ]
     assert notices[0].detail == "Failing for 5 days."
+
+
+def test_mail_held_by_a_suspended_site_is_shown_and_needs_attention(account, config):
+    from layang.delivery import sites
+    from layang.delivery.mx import remember_sites
+
+    _mail(account, "shop@sender.test", NOW, "a@held.example", "b@held.example")
+    Recipient.update(domain="held.example").execute()
+    remember_sites([("held.example", "mx.held.example", NOW + HOUR * 24 * 365 * 10)])
+    assert [w.state for w in overview.waiting_by_destination(account)] == [""]
+    sites.suspend("mx.held.example", None, "operator: maintenance")
+    (waiting,) = overview.waiting_by_destination(account)
+    assert waiting.destination == "held.example"
+    assert waiting.state == "suspended (mx.held.example): operator: maintenance"
+    (notice,) = overview.needs_attention(account, config)
+    assert (notice.title, notice.page) == (
+        "Mail to held.example waits: mx.held.example is suspended",
+        "queue",
+    )
