@@ -331,6 +331,17 @@ def _webhooks(t: Dialect) -> list[str]:
     ]
 
 
+def _domain_claims(t: Dialect) -> list[str]:
+    # Pending claims of one domain may coexist across accounts; only one may be verified.
+    return [
+        'DROP INDEX "sending_domain_domain"',
+        'CREATE UNIQUE INDEX "sending_domain_account_id_domain" '
+        'ON "sending_domain" ("account_id", "domain")',
+        'CREATE UNIQUE INDEX "sending_domain_verified_domain" '
+        """ON "sending_domain" ("domain") WHERE ("status" = 'verified')""",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -340,6 +351,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "unrecognised inbound mail", _inbound_messages),
     Migration(7, "suppression list", _suppressions),
     Migration(8, "webhooks", _webhooks),
+    Migration(12, "pending domain claims coexist, one verified owner", _domain_claims),
 )
 
 
