@@ -28,6 +28,9 @@ CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
+FINAL_STATES = (BOUNCE, SUPPRESSED)
+"""A record in one of these states keeps it, whatever outcome is recorded after (a bounce
+report can arrive before the worker records the delivery it follows)."""
 EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
 
 
