@@ -245,6 +245,9 @@ class Config:
         default=(5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
     )
     webhook_allow_private: bool = _setting("LAYANG_WEBHOOK_ALLOW_PRIVATE", _boolean, default=False)
+    inbound_keep_days: int = _setting("LAYANG_INBOUND_KEEP_DAYS", _integer, default=7)
+    inbound_keep_mb: int = _setting("LAYANG_INBOUND_KEEP_MB", _integer, default=100)
+    http_body_budget_mb: int = _setting("LAYANG_HTTP_BODY_BUDGET_MB", _integer, default=256)
 
     def __post_init__(self) -> None:
         if not self.secret_key:

@@ -50,6 +50,9 @@ DOCUMENTED = {
     "rate_limit": None,
     "webhook_retry_schedule": (5, 300, 1800, 7200, 18000, 36000, 36000),
     "webhook_allow_private": False,
+    "inbound_keep_days": 7,
+    "inbound_keep_mb": 100,
+    "http_body_budget_mb": 256,
 }
 
 
@@ -111,6 +114,9 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_RATE_LIMIT": "1000/min",
         "LAYANG_WEBHOOK_RETRY_SCHEDULE": "1,1,2",
         "LAYANG_WEBHOOK_ALLOW_PRIVATE": "true",
+        "LAYANG_INBOUND_KEEP_DAYS": "3",
+        "LAYANG_INBOUND_KEEP_MB": "10",
+        "LAYANG_HTTP_BODY_BUDGET_MB": "64",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

@@ -60,6 +60,7 @@ API = (
     "relay_url",  # its host goes in the SPF record a sending domain should publish
     "webhook_allow_private",
     "bounce_domain",
+    "http_body_budget_mb",
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -90,7 +91,14 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
 )
-INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
+INBOUND_SETTINGS = (
+    "inbound_bind",
+    "bounce_domain",
+    "public_url",
+    "secret_key",
+    "inbound_keep_days",
+    "inbound_keep_mb",
+)
 DOMAINS = ("dns_resolver", "inbound_host", "public_url", "relay_url", "secret_key")
 
 
