@@ -105,16 +105,24 @@ def read_answer(sock: socket.socket) -> bytes:
 
 def test_layang_serve_parks_a_large_body_unread_until_it_has_room(config, api_key, tmp_path):
     port = free_port()
-    env = process_env(config, LAYANG_HTTP_BIND=f"127.0.0.1:{port}", LAYANG_HTTP_BODY_BUDGET_MB="1")
+    env = process_env(
+        config,
+        LAYANG_HTTP_BIND=f"127.0.0.1:{port}",
+        LAYANG_HTTP_BODY_BUDGET_MB="1",
+        LAYANG_HTTP_WORKERS="1",  # the budget is per process
+    )
     process = start(["serve"], env, tmp_path / "serve.log")
+    sockets: list[socket.socket] = []
     try:
         wait_until(lambda: _healthy(port), 30, "the API did not come up")
         body = send_body(2)
         # The first large body takes the whole budget, and is sent slowly.
         first, head = http_request(port, body, api_key)
+        sockets.append(first)
         first.sendall(head + body[: len(body) // 2])
         time.sleep(0.5)
         second, head = http_request(port, body, api_key)
+        sockets.append(second)
         started = time.monotonic()
         sender = threading.Thread(target=lambda: second.sendall(head + body))
         sender.start()
@@ -126,14 +134,14 @@ def test_layang_serve_parks_a_large_body_unread_until_it_has_room(config, api_ke
         assert waited >= body_budget.WAIT_SECONDS - 1
         first.sendall(body[len(body) // 2 :])
         assert read_answer(first).startswith(b"HTTP/1.1 200")
-        first.close()
-        second.close()
         # With the room given back, the next large body goes straight through.
         third, head = http_request(port, body, api_key)
+        sockets.append(third)
         third.sendall(head + body)
         assert read_answer(third).startswith(b"HTTP/1.1 200")
-        third.close()
     finally:
+        for sock in sockets:
+            sock.close()
         stop(process)
 
 
