@@ -400,6 +400,9 @@ class Config:
         "LAYANG_BREAKER_COMPLAINT_PAUSE", _fraction, default=0.005
     )
     pause_transactional: bool = _setting("LAYANG_PAUSE_TRANSACTIONAL", _boolean, default=False)
+    inbound_keep_days: int = _setting("LAYANG_INBOUND_KEEP_DAYS", _integer, default=7)
+    inbound_keep_mb: int = _setting("LAYANG_INBOUND_KEEP_MB", _integer, default=100)
+    http_body_budget_mb: int = _setting("LAYANG_HTTP_BODY_BUDGET_MB", _integer, default=256)
 
     def __post_init__(self) -> None:
         if not self.secret_key:

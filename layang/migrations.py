@@ -620,6 +620,17 @@ def _activity_counts(t: Dialect) -> list[str]:
     ]
 
 
+def _domain_claims(t: Dialect) -> list[str]:
+    # Pending claims of one domain may coexist across accounts; only one may be verified.
+    return [
+        'DROP INDEX "sending_domain_domain"',
+        'CREATE UNIQUE INDEX "sending_domain_account_id_domain" '
+        'ON "sending_domain" ("account_id", "domain")',
+        'CREATE UNIQUE INDEX "sending_domain_verified_domain" '
+        """ON "sending_domain" ("domain") WHERE ("status" = 'verified')""",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -631,6 +642,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "webhooks", _webhooks),
     Migration(10, "direct to MX: recipient domains, MX sites, site throttles", _direct_to_mx),
     Migration(11, "console sessions", _console_sessions),
+    Migration(12, "pending domain claims coexist, one verified owner", _domain_claims),
     Migration(14, "streams and the circuit breaker", _streams_and_breaker),
     Migration(15, "DMARC aggregate reports", _dmarc_reports),
     Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),

@@ -36,6 +36,9 @@ TRANSACTIONAL = "transactional"
 BROADCAST = "broadcast"
 STREAMS = (TRANSACTIONAL, BROADCAST)
 STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
+FINAL_STATES = (BOUNCE, SUPPRESSED)
+"""A record in one of these states keeps it, whatever outcome is recorded after (a bounce
+report can arrive before the worker records the delivery it follows)."""
 EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
 
 
@@ -85,14 +88,14 @@ class Transmission(BaseModel):
     metadata = peewee.TextField(default="{}")
     payload = peewee.TextField(null=True)
     raw = peewee.BlobField(null=True)
-    # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
-    tls_requirement = peewee.CharField(max_length=16, null=True)
     stream = peewee.CharField(
         max_length=16, default=TRANSACTIONAL, constraints=[peewee.SQL("DEFAULT 'transactional'")]
     )
     from_domain = peewee.CharField(
         max_length=253, default="", constraints=[peewee.SQL("DEFAULT ''")]
     )
+    # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
+    tls_requirement = peewee.CharField(max_length=16, null=True)
 
 
 class Recipient(BaseModel):
@@ -176,18 +179,32 @@ RETIRED = "retired"
 
 
 class SendingDomain(BaseModel):
-    """A domain an account sends from. It belongs to one account (``domain`` is unique across
-    accounts); ``status`` turns ``verified`` once one of its DKIM records is found in DNS.
-    ``records`` keeps the last DNS check, as JSON, so a listing needs no look-ups."""
+    """A domain an account sends from. Accounts may claim a domain at once while it is
+    pending; once verified it belongs to that account alone (one verified row per ``domain``).
+    ``status`` turns ``verified`` once one of its DKIM records is found in DNS. ``records``
+    keeps the last DNS check, as JSON, so a listing needs no look-ups."""
 
     account = peewee.ForeignKeyField(Account, backref="sending_domains", on_delete="CASCADE")
-    domain = peewee.CharField(max_length=253, unique=True)
+    domain = peewee.CharField(max_length=253)
     return_path_domain = peewee.CharField(max_length=253)
     status = peewee.CharField(max_length=16, default=PENDING)
     records = peewee.TextField(default="[]")
     created_at = peewee.BigIntegerField(default=now_ms)
     checked_at = peewee.BigIntegerField(null=True)
     verified_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        indexes = ((("account", "domain"), True),)
+
+
+SendingDomain.add_index(
+    SendingDomain.index(
+        SendingDomain.domain,
+        unique=True,
+        where=SendingDomain.status == VERIFIED,
+        name="sending_domain_verified_domain",
+    )
+)
 
 
 class DkimKey(BaseModel):

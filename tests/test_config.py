@@ -72,6 +72,9 @@ DOCUMENTED = {
     "breaker_complaint_warn": 0.001,
     "breaker_complaint_pause": 0.005,
     "pause_transactional": False,
+    "inbound_keep_days": 7,
+    "inbound_keep_mb": 100,
+    "http_body_budget_mb": 256,
 }
 
 
@@ -149,6 +152,9 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_BREAKER_COMPLAINT_WARN": "0.002",
         "LAYANG_BREAKER_COMPLAINT_PAUSE": "0.004",
         "LAYANG_PAUSE_TRANSACTIONAL": "true",
+        "LAYANG_INBOUND_KEEP_DAYS": "3",
+        "LAYANG_INBOUND_KEEP_MB": "10",
+        "LAYANG_HTTP_BODY_BUDGET_MB": "64",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

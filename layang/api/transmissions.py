@@ -47,6 +47,7 @@ from layang.mail.message import (
     filename_problem,
     is_base64,
     is_reserved_header,
+    without_whitespace,
 )
 from layang.models import BROADCAST, STREAMS, TRANSACTIONAL
 
@@ -135,7 +136,7 @@ class AttachmentSchema(CompatSchema):
         default = "attachment" if content_id is None else "inline"
         return Attachment(
             data["filename"],
-            "".join(data["value"].split()),
+            without_whitespace(data["value"]),
             data.get("mimeType"),
             content_id,
             data.get("disposition", default),

@@ -71,6 +71,7 @@ API = (
     "webhook_allow_private",
     "bounce_domain",
     *BREAKER,
+    "http_body_budget_mb",
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -114,7 +115,14 @@ DELIVERY = (
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file",)
-INBOUND_SETTINGS = ("inbound_bind", "bounce_domain", "public_url", "secret_key")
+INBOUND_SETTINGS = (
+    "inbound_bind",
+    "bounce_domain",
+    "public_url",
+    "secret_key",
+    "inbound_keep_days",
+    "inbound_keep_mb",
+)
 DOMAINS = (
     "dns_resolver",
     "inbound_host",

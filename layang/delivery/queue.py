@@ -23,7 +23,7 @@ from layang.mail.bounce_class import classify
 from layang.mail.events import append_events
 from layang.mail.message import REQUIRETLS, OutgoingMessage
 from layang.mail.suppression import suppressed_event_detail
-from layang.models import BOUNCE, COMPLAINT, DELAY, DELIVERY, SUPPRESSED
+from layang.models import BOUNCE, COMPLAINT, DELAY, DELIVERY, FINAL_STATES, SUPPRESSED
 from layang.queueing.leases import LeasedTable
 from layang.queueing.retry import RetryPolicy
 
@@ -311,7 +311,8 @@ def _outcome(
 @functools.lru_cache(maxsize=64)
 def _record_sql(param: str, postgresql: bool, rows: int) -> str:
     """One UPDATE of ``rows`` recipients from a VALUES list, only where the lease is still
-    held, returning the ids it updated."""
+    held, returning the ids it updated. A record already in a final state keeps it (its
+    events are still added, each at its own time)."""
     if postgresql:
         row = f"({param}, {param}, {param}::integer, {param}::bigint)"
         values = f'(VALUES {", ".join([row] * rows)}) AS v("id", "status", "attempts", "next")'
@@ -321,10 +322,13 @@ def _record_sql(param: str, postgresql: bool, rows: int) -> str:
         values = f"(VALUES {', '.join([row] * rows)}) AS v"
         columns = ("v.column1", "v.column2", "v.column3", "v.column4")
     rid, status, attempts, following = columns
+    final = '"recipient"."status" IN ({})'.format(", ".join(f"'{s}'" for s in FINAL_STATES))
     # The first parameter is the time of recording, the last the lease owner.
     return (
-        f'UPDATE "recipient" SET "updated_at" = {param}, "status" = {status}, '
-        f'"attempts" = {attempts}, "next_attempt_at" = {following}, '
+        f'UPDATE "recipient" SET "updated_at" = {param}, '
+        f'"status" = CASE WHEN {final} THEN "recipient"."status" ELSE {status} END, '
+        f'"attempts" = {attempts}, '
+        f'"next_attempt_at" = CASE WHEN {final} THEN NULL ELSE {following} END, '
         f'"lease_owner" = NULL, "lease_expires_at" = NULL, "waiting_on" = NULL FROM {values} '
         f'WHERE "recipient"."id" = {rid} AND "recipient"."lease_owner" = {param} '
         'RETURNING "recipient"."id"'

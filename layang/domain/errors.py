@@ -88,6 +88,13 @@ class SenderNotAllowed(LayangError):
         self.allowed = allowed
 
 
+class AmbiguousAuthor(LayangError):
+    """A submitted message does not name one author: more than one From header, more than
+    one address in From, or a group. ``message`` says which."""
+
+    code = "ambiguous_author"
+
+
 class SenderDomainNotVerified(LayangError):
     """A live account sent from a domain it has not verified, while
     ``LAYANG_REQUIRE_VERIFIED_DOMAIN`` is on."""

@@ -5,7 +5,8 @@ knows: a VERP return path this installation signed whose record exists, or ``fbl
 of a return-path domain. It reads each message into one of the reports below and hands it to
 ``record_inbound``, which adds the event to the email's record (through ``append_events``, so
 suppression and webhooks follow) or, when the mail says nothing usable, keeps it for
-inspection (``layang inbound list``).
+inspection (``layang inbound list``): at most ``LAYANG_INBOUND_KEEP_DAYS`` and at most
+``LAYANG_INBOUND_KEEP_MB`` in all, the oldest dropped first as each new one is kept.
 
 A failed delivery report turns the record's status to ``Bounce``, even after a ``Delivery``
 (the remote server accepted the mail, then gave up on it). A delayed one adds a ``Delay`` event
@@ -20,9 +21,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import peewee
+
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import write_transaction
+from layang.db import database, is_postgresql, write_transaction
 from layang.mail.bounce_class import classify
 from layang.mail.events import append_events
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
@@ -146,18 +149,20 @@ def record_inbound(
     mail_from: str,
     raw: bytes,
     paths: ReturnPaths,
+    config: Config,
 ) -> list[tuple[str, str]]:
     """Record what ``report`` (received for ``mailboxes``) says; returns the (recipient id,
     event status) pairs recorded. Anything that names no email of ours, or says nothing
     usable, is kept as an unrecognised message instead (and nothing is returned)."""
     if isinstance(report, Unrecognised):
-        keep_unrecognised(mail_from, mailboxes, raw, report.reason)
+        keep_unrecognised(mail_from, mailboxes, raw, report.reason, config)
         return []
     targets = [m.recipient_id for m in mailboxes if m.recipient_id is not None]
     if not targets:
         found = _first_valid(report.original_tokens, paths)
         if found is None:
-            keep_unrecognised(mail_from, mailboxes, raw, "the report names no email sent here")
+            reason = "the report names no email sent here"
+            keep_unrecognised(mail_from, mailboxes, raw, reason, config)
             return []
         targets = [found]
     if isinstance(report, FeedbackReport):
@@ -172,9 +177,8 @@ def record_inbound(
     else:
         chosen = _telling_status(report.statuses)
         if chosen is None:
-            keep_unrecognised(
-                mail_from, mailboxes, raw, "delivery report with no failed or delayed recipient"
-            )
+            reason = "delivery report with no failed or delayed recipient"
+            keep_unrecognised(mail_from, mailboxes, raw, reason, config)
             return []
         status = BOUNCE if chosen.action == FAILED else DELAY
         diagnostic = chosen.diagnostic[:_DIAGNOSTIC_MAX]
@@ -230,18 +234,50 @@ def _store(events: Sequence[tuple[str, str, dict[str, object]]]) -> list[tuple[s
 
 
 def keep_unrecognised(
-    mail_from: str, mailboxes: Sequence[Mailbox], raw: bytes, reason: str
+    mail_from: str, mailboxes: Sequence[Mailbox], raw: bytes, reason: str, config: Config
 ) -> None:
-    """Keep a message nobody could read (its first ``RAW_KEPT_BYTES``), and why."""
-    InboundMessage.create(
-        received_at=now_ms(),
-        mail_from=mail_from,
-        rcpt_to=json.dumps([m.address for m in mailboxes]),
-        size=len(raw),
-        raw=raw[:RAW_KEPT_BYTES],
-        reason=reason[:1000],
-    )
+    """Keep a message nobody could read (its first ``RAW_KEPT_BYTES``), and why; first drop
+    what is older than ``LAYANG_INBOUND_KEEP_DAYS``, and the oldest until the kept bytes
+    with this message's fit in ``LAYANG_INBOUND_KEEP_MB``."""
+    now = now_ms()
+    kept = raw[:RAW_KEPT_BYTES]
+    with write_transaction():
+        if is_postgresql():
+            # Two servers storing at once must not both fill the same room.
+            database.execute_sql("SELECT pg_advisory_xact_lock(7412)")
+        cutoff = now - config.inbound_keep_days * 86_400_000
+        dropped = InboundMessage.delete().where(InboundMessage.received_at < cutoff).execute()
+        dropped += _make_room(config.inbound_keep_mb * 1024 * 1024 - len(kept))
+        InboundMessage.create(
+            received_at=now,
+            mail_from=mail_from,
+            rcpt_to=json.dumps([m.address for m in mailboxes]),
+            size=len(raw),
+            raw=kept,
+            reason=reason[:1000],
+        )
     log.info("unrecognised inbound mail from=%r kept: %s", mail_from[:200], reason)
+    if dropped:
+        log.info("dropped %d older unrecognised messages (LAYANG_INBOUND_KEEP_*)", dropped)
+
+
+def _make_room(room: int) -> int:
+    """Delete the oldest kept messages until the rest hold at most ``room`` bytes; returns
+    how many went."""
+    length = peewee.fn.LENGTH(InboundMessage.raw)
+    total = InboundMessage.select(peewee.fn.COALESCE(peewee.fn.SUM(length), 0)).scalar()
+    excess = int(total) - room
+    if excess <= 0:
+        return 0
+    last = None
+    for row_id, size in (
+        InboundMessage.select(InboundMessage.id, length).order_by(InboundMessage.id).tuples()
+    ):
+        last = row_id
+        excess -= int(size)
+        if excess <= 0:
+            break
+    return InboundMessage.delete().where(InboundMessage.id <= last).execute()
 
 
 def list_unrecognised(limit: int = 50) -> list[InboundEntry]:

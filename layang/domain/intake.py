@@ -24,6 +24,7 @@ from layang.config import Config
 from layang.db import new_id
 from layang.domain.breaker import check_sending
 from layang.domain.errors import (
+    AmbiguousAuthor,
     IdempotencyInFlight,
     InvalidInput,
     MessageTooLarge,
@@ -198,7 +199,8 @@ def accept_transmission(
     """Queue the requested message; returns its transmission id and its suppressed recipients
     once it is durably stored, with the answer to ``claim``'s idempotency key when one is given.
 
-    In this order, raises ``TemplateNotFound`` for an unknown template and ``InvalidInput``
+    In this order, raises ``AmbiguousAuthor`` for a submitted message whose From names other
+    than one address; ``TemplateNotFound`` for an unknown template and ``InvalidInput``
     when the template leaves the message without a body or subject; ``MessageTooLarge`` over
     ``LAYANG_MAX_MESSAGE_BYTES``; ``SenderNotAllowed`` / ``SenderDomainNotVerified`` for a From
     the account may not use (a sandbox account: only the sandbox sender; with
@@ -211,6 +213,8 @@ def accept_transmission(
     queued when it raises.
     """
     if isinstance(request, SubmittedMessage):
+        if request.prepared.authorship_problem:
+            raise AmbiguousAuthor(request.prepared.authorship_problem)
         sender = request.prepared.from_address["email"]
         size = len(request.prepared.raw)
         recipients = {"to": list(request.recipients)}

@@ -1,11 +1,14 @@
 """Sending domains: the DNS records an account publishes for a domain it sends from, checking
 them, and the DKIM keys that sign its mail (made, rotated, retired, deleted).
 
-A domain belongs to one account. It is ``pending`` until one of its DKIM records is found in
-DNS with the right key; that key becomes ``active`` and the domain ``verified`` from then on.
-``rotate`` adds a ``pending`` key: once its record is found it becomes the active key and the
-one it replaces is ``retired`` (it still has its record published, for mail already on its way,
-until it is deleted). The worker signs with the active key (``layang.mail.dkim``).
+Several accounts may claim a domain while it is ``pending``, each with its own keys; the first
+to verify it owns it (one verified row per domain, which the database enforces), and the
+others' claims then answer ``Conflict`` on verify until the owner deletes it. A claim is
+``pending`` until one of its DKIM records is found in DNS with the right key; that key becomes
+``active`` and the domain ``verified`` from then on. ``rotate`` adds a ``pending`` key: once
+its record is found it becomes the active key and the one it replaces is ``retired`` (it still
+has its record published, for mail already on its way, until it is deleted). The worker signs
+with the active key (``layang.mail.dkim``).
 
 The records to publish:
 
@@ -333,7 +336,8 @@ def create_domain(
 
     ``return_path_domain`` defaults to ``bounces.<domain>`` and must be a subdomain of it (so
     that SPF aligns). Raises ``InvalidInput`` for a bad name and ``Conflict`` when the domain
-    is already added, to this account or another.
+    is already added to this account or verified by another (another's pending claim is no
+    obstacle: the first to verify owns the domain).
     """
     name = normalize_domain(domain)
     if return_path_domain is None:
@@ -344,16 +348,24 @@ def create_domain(
             raise InvalidInput("return_path_domain", f"Must be a subdomain of {name}.")
     try:
         with write_transaction():
+            if _owner(name, account) is not None:
+                raise Conflict(f"domain: {name} belongs to another account.")
             row = SendingDomain.create(
                 account=account.id, domain=name, return_path_domain=return_path, status=PENDING
             )
             _add_key(row, config, set())
     except peewee.IntegrityError:
-        owner = SendingDomain.get_or_none(SendingDomain.domain == name)
-        if owner is not None and owner.account_id != account.id:
-            raise Conflict(f"domain: {name} belongs to another account.") from None
         raise Conflict(f"domain: {name} is already added.") from None
     return _state(row, config)
+
+
+def _owner(name: str, account: Account) -> SendingDomain | None:
+    """Another account's verified row for the domain ``name``, if any."""
+    return SendingDomain.get_or_none(
+        (SendingDomain.domain == name)
+        & (SendingDomain.status == VERIFIED)
+        & (SendingDomain.account != account.id)
+    )
 
 
 def list_domains(
@@ -380,14 +392,38 @@ def verify_domain(
 
     The newest key whose record matches becomes the active key (the one before it is retired),
     and the domain ``verified``. A domain once verified stays so; its records show what DNS
-    says now. ``NotFound`` unless ``account`` has the domain.
+    says now. ``NotFound`` unless ``account`` has the domain; ``Conflict`` when another
+    account verified it first (this claim stays pending, unchanged).
     """
     row = _get(account, domain)
+    _refuse_if_owned(row, account)
     records = check_records(expected_records(row, _keys(row), config), lookup(config), config)
     published = {r.name.split(".", 1)[0] for r in records if r.purpose == "dkim" and r.status == OK}
+    try:
+        return _record_check(account, domain, records, published, config)
+    except peewee.IntegrityError:
+        # Another account's verification committed between the check above and this one.
+        raise Conflict(f"domain: {row.domain} belongs to another account.") from None
+
+
+def _refuse_if_owned(row: SendingDomain, account: Account) -> None:
+    if row.status != VERIFIED and _owner(row.domain, account) is not None:
+        raise Conflict(
+            f"domain: {row.domain} was verified by another account first; it belongs to it."
+        )
+
+
+def _record_check(
+    account: Account,
+    domain: str,
+    records: list[DnsRecord],
+    published: set[str],
+    config: Config,
+) -> DomainState:
     now = now_ms()
     with write_transaction():
         row = _get(account, domain)  # as it is now, inside the write lock
+        _refuse_if_owned(row, account)
         keys = _keys(row)
         candidates = [k for k in keys if k.selector in published and k.status != RETIRED]
         if candidates:

@@ -5,8 +5,9 @@ Plain SMTP, no AUTH: anyone may send, but only to the addresses the domain layer
 ``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it); everything else is
 ``550 5.1.1`` at RCPT. A message
 is answered ``250`` once it is recorded or kept, whatever it contains; only a database outage
-gets a ``451`` (the sender tries again later). Database work and parsing run in worker threads
-(``asyncio.to_thread``): the event loop serves every session.
+gets a ``451`` (the sender tries again later). Database work runs in worker threads
+(``asyncio.to_thread``), and parsing in child processes under a CPU-time limit
+(``layang.inbound.parsing``): the event loop serves every session.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
 from layang.inbound.dmarc_reports import NotAReport, read_aggregate_reports
-from layang.inbound.reports import read_report
+from layang.inbound.parsing import ReportReader
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
 from layang.smtpd.capped import CappedSMTP, ListeningController
@@ -48,6 +49,7 @@ class InboundHandler:
         self.unsubscribe_tokens = UnsubscribeTokens(
             config.secret_key, config.public_url, config.bounce_domain
         )
+        self.reader = ReportReader()
 
     async def handle_RCPT(
         self,
@@ -127,17 +129,16 @@ class InboundHandler:
         if reports_to:
             self._receive_dmarc(mail_from, reports_to, data)
         if mailboxes:
-            record_inbound(read_report(data), mailboxes, mail_from, data, self.paths)
+            report = self.reader.read(data)
+            record_inbound(report, mailboxes, mail_from, data, self.paths, self.config)
 
-    @staticmethod
-    def _receive_dmarc(mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
+    def _receive_dmarc(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
         found = read_aggregate_reports(data)
         if isinstance(found, NotAReport):
-            keep_unrecognised(mail_from, mailboxes, data, f"DMARC: {found.reason}")
+            keep_unrecognised(mail_from, mailboxes, data, f"DMARC: {found.reason}", self.config)
         elif not store_reports(found):
-            keep_unrecognised(
-                mail_from, mailboxes, data, "DMARC: a report about no sending domain here"
-            )
+            reason = "DMARC: a report about no sending domain here"
+            keep_unrecognised(mail_from, mailboxes, data, reason, self.config)
 
 
 class InboundSMTP(CappedSMTP):
@@ -147,6 +148,10 @@ class InboundSMTP(CappedSMTP):
 class InboundController(ListeningController):
     def factory(self) -> SMTP:
         return InboundSMTP(self.handler, limits=self.limits, **self.SMTP_kwargs)
+
+    def stop(self, no_assert: bool = False) -> None:
+        super().stop(no_assert=no_assert)
+        self.handler.reader.close()
 
 
 def inbound_server(config: Config, listener: socket.socket | None = None) -> InboundController:

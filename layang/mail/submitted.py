@@ -26,6 +26,9 @@ class PreparedMessage:
     tls_required: str | None = None  # the TLS-Required header's value (RFC 8689)
     stream: str | None = None
     """The ``X-Layang-Stream`` header as given (removed from the message), unchecked."""
+    authorship_problem: str | None = None
+    """Why the headers do not name one author (two From fields, two addresses in one, a
+    group), or None when they do."""
 
 
 def _split(data: bytes) -> tuple[list[bytes], bytes]:
@@ -85,6 +88,7 @@ def prepare_submission(
         fields.append([f"Date: {date}".encode()])
 
     sender = headers.get("From")
+    from_fields = sum(1 for f in fields if _name(f) == "from")
     from_address: dict[str, str] = {"email": mail_from}
     if sender is not None and getattr(sender, "addresses", None):
         first = sender.addresses[0]
@@ -102,7 +106,23 @@ def prepare_submission(
         idempotency_key=_unfolded_value(keys[0]) if keys else None,
         tls_required=str(headers["TLS-Required"]) if "tls-required" in present else None,
         stream=_unfolded_value(streams[0]) if streams else None,
+        authorship_problem=_authorship_problem(from_fields, sender),
     )
+
+
+def _authorship_problem(from_fields: int, sender: object) -> str | None:
+    """What keeps the From header from naming exactly one author, if anything: the sandbox
+    and verified-domain rules, and DKIM, can only vouch for one address."""
+    if from_fields > 1:
+        return f"The message has {from_fields} From headers; give one."
+    if sender is None:
+        return None
+    if any(group.display_name is not None for group in getattr(sender, "groups", ())):
+        return "The From header is a group; give one address."
+    addresses = getattr(sender, "addresses", ())
+    if len(addresses) > 1:
+        return f"The From header names {len(addresses)} addresses; give one."
+    return None
 
 
 def _unfolded_value(field: list[bytes]) -> str:

@@ -21,6 +21,12 @@ from layang.db import (
 from layang.logs import configure_logging
 from layang.metrics import render_app_metrics
 from layang.migrations import upgrade, upgrade_once
+from layang.serving.body_budget import (
+    MIB,
+    BodyBudgetMiddleware,
+    process_budget,
+    return_large_blocks_to_the_os,
+)
 from layang.web import init_web
 
 log = logging.getLogger("layang.app")
@@ -113,4 +119,7 @@ def create_app(config: Config | None = None) -> flask.Flask:
     init_api(app)
     init_web(app)
     register_operations(app)
+    budget = process_budget(config.http_body_budget_mb * MIB)
+    app.wsgi_app = BodyBudgetMiddleware(app.wsgi_app, budget)  # type: ignore[method-assign]
+    return_large_blocks_to_the_os()
     return app

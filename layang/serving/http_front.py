@@ -8,6 +8,10 @@ anyone. Here the worker's event loop reads the request head and body itself, wit
 and only a complete request costs a thread. A request head must arrive within
 ``HEAD_TIMEOUT`` seconds and a body at ``MIN_BODY_RATE`` bytes/s on average after its first
 ``BODY_GRACE`` seconds; otherwise the client gets 408 and the connection is closed.
+
+A body over ``layang.serving.body_budget.LARGE_BODY_BYTES`` is read only once the process's
+body budget has room for it: until then the connection is left unread (its head only is held),
+and after ``WAIT_SECONDS`` it gets 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,17 @@ from enum import Enum
 from functools import partial
 from typing import Any
 
+from gunicorn.http.unreader import Unreader
 from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+from layang.serving.body_budget import (
+    WAIT_SECONDS,
+    BodyBudget,
+    hold_for_this_thread,
+    over_budget_answer,
+    process_budget,
+)
 
 HEAD_TIMEOUT = 10.0
 BODY_GRACE = 10.0
@@ -138,6 +151,9 @@ class Intake:
     body_started: float | None = None
     continue_sent: bool = False
     deadline_cap: float = float("inf")
+    reserved: int = 0  # taken from the body budget, given back when the request is done
+    parked_since: float | None = None  # waiting for room in the body budget, unread
+    discard: int | None = None  # answered 503: bytes of its body still to read and drop
 
     def deadline(self) -> float:
         if self.body_started is None:
@@ -169,6 +185,74 @@ def _timeout_response() -> bytes:
 TIMEOUT_RESPONSE = _timeout_response()
 
 
+def _over_budget_response() -> bytes:
+    status, headers, body = over_budget_answer()
+    lines = [f"HTTP/1.1 {status.title()}"] + [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join([*lines, "Connection: close", "", ""])).encode() + body
+
+
+OVER_BUDGET_RESPONSE = _over_budget_response()
+
+
+class BufferedUnreader(Unreader):
+    """gunicorn's reader of a connection, for a request the event loop has read whole: it
+    serves those bytes by slices, then reads on from the connection's own unreader.
+
+    gunicorn's ``Unreader`` copies everything it holds on each read (its buffer, then the rest
+    after the part returned): for a body of many MiB read 64 KiB at a time that is several
+    copies of the body at once and time quadratic in its size. Here each byte is copied once.
+    """
+
+    STEP = 64 * 1024  # what an unsized read returns (the parser reading a request head)
+
+    def __init__(self, source: Unreader, data: bytes) -> None:
+        super().__init__()
+        self.source = source
+        self.data = data
+        self.pos = 0
+
+    @property
+    def sock(self) -> Any:
+        return getattr(self.source, "sock", None)
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        return self.source.chunk(size_hint)
+
+    def read(self, size: int | None = None, read_ahead: int | None = None) -> bytes:
+        held = len(self.data) - self.pos
+        if not held:
+            return self.source.read(size, read_ahead)
+        if size is not None and not isinstance(size, int):
+            raise TypeError("size parameter must be an int or long.")
+        if size == 0:
+            return b""
+        wanted = self.STEP if size is None or size < 0 else size
+        piece = self.data[self.pos : self.pos + wanted]
+        self.pos += len(piece)
+        if self.pos == len(self.data):
+            self.data, self.pos = b"", 0  # all read: let the request's bytes go
+        if size is not None and size > 0 and len(piece) < size:
+            piece += self.source.read(size - len(piece), read_ahead)
+        return piece
+
+    def unread(self, data: bytes) -> None:
+        if not data:
+            return
+        start = self.pos - len(data)
+        if start >= 0 and self.data[start : self.pos] == data:
+            self.pos = start  # the usual case: what was read past a request head
+            return
+        if self.pos < len(self.data):
+            self.data, self.pos = data + self.data[self.pos :], 0
+        else:
+            self.source.unread(data)
+
+    def take_buffered(self) -> bytes:
+        rest = self.data[self.pos :]
+        self.data, self.pos = b"", 0
+        return rest + self.source.take_buffered()
+
+
 class BufferingThreadWorker(ThreadWorker):
     """gunicorn ``gthread`` worker whose request threads only ever see complete requests.
 
@@ -180,12 +264,14 @@ class BufferingThreadWorker(ThreadWorker):
 
     max_body_bytes: int = 0
     buffer_budget: int = 0
+    body_budget_bytes: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.intakes: dict[TConn, Intake] = {}
         self.buffered = 0
         self.next_sweep = 0.0
+        self.body_budget: BodyBudget = process_budget(self.body_budget_bytes)
 
     def enqueue_req(self, conn: TConn) -> None:
         """Every way a connection reaches gunicorn's thread pool comes through here (a new
@@ -216,7 +302,7 @@ class BufferingThreadWorker(ThreadWorker):
 
     def _on_readable(self, conn: TConn, _sock: Any) -> None:
         intake = self.intakes.get(conn)
-        if intake is not None:
+        if intake is not None and intake.parked_since is None:
             self._read(conn, intake)
 
     def _read(self, conn: TConn, intake: Intake) -> bool:
@@ -234,11 +320,20 @@ class BufferingThreadWorker(ThreadWorker):
         return self._received(conn, intake, data)
 
     def _received(self, conn: TConn, intake: Intake, data: bytes) -> bool:
+        if intake.discard is not None:
+            # The client reads its 503 once it has sent its body: take it, keep none of it.
+            intake.discard -= len(data)
+            if intake.discard <= 0:
+                self._close(conn)
+                return True
+            return False
         intake.buf += data
         self.buffered += len(data)
         framing = intake.frame.check(intake.buf)
         if intake.frame.head_end is not None and intake.body_started is None:
             intake.body_started = time.monotonic()
+        if framing is not Framing.HAND_OVER and not self._admitted(conn, intake):
+            return True  # parked: left unread until the budget has room (murder_pending)
         if framing is Framing.MORE and self.buffered > self.buffer_budget:
             framing = Framing.HAND_OVER
         if framing is Framing.MORE:
@@ -248,10 +343,62 @@ class BufferingThreadWorker(ThreadWorker):
             return False
         self._forget(conn, intake)
         conn.complete_request = bytes(intake.buf)
+        intake.buf = bytearray()
+        conn.body_reservation = intake.reserved
         conn.continue_sent = intake.continue_sent
         conn.data_ready = True  # gunicorn's own wait for a first byte is over
         super().enqueue_req(conn)
         return True
+
+    def _admitted(self, conn: TConn, intake: Intake) -> bool:
+        """Whether the request may be read on: its body is small, or has its room in the body
+        budget. Otherwise the connection is parked, unread, and False returned."""
+        if intake.reserved or intake.frame.head_end is None:
+            return True
+        cost = self.body_budget.cost(intake.frame.content_length or 0)
+        if not cost:
+            return True
+        if self.body_budget.try_take(cost):
+            intake.reserved = cost
+            return True
+        if intake.parked_since is None:
+            intake.parked_since = time.monotonic()
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
+        return False
+
+    def _unpark(self, now: float) -> None:
+        """Read on the parked connections that now fit in the body budget, oldest first; answer
+        503 to those that waited ``WAIT_SECONDS``."""
+        parked = sorted(
+            (i.parked_since, id(c), c, i) for c, i in self.intakes.items() if i.parked_since
+        )
+        for since, _, conn, intake in parked:
+            if self._admitted(conn, intake):
+                intake.parked_since = None
+                intake.body_started = now  # the body's deadline starts now
+                if not self._received(conn, intake, b""):
+                    self.poller.register(
+                        conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn)
+                    )
+            elif now - since >= WAIT_SECONDS:
+                self._refuse(conn, intake, now)
+
+    def _refuse(self, conn: TConn, intake: Intake, now: float) -> None:
+        """Answer 503 to a parked request, then read and drop the rest of its body."""
+        if not self._send_now(conn, OVER_BUDGET_RESPONSE):
+            self._close(conn)
+            return
+        intake.parked_since = None
+        head_end = intake.frame.head_end or 0
+        intake.discard = head_end + (intake.frame.content_length or 0) - len(intake.buf)
+        self.buffered -= len(intake.buf)
+        intake.buf = bytearray()
+        intake.body_started = now
+        if intake.discard <= 0:
+            self._close(conn)
+            return
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
 
     def _forget(self, conn: TConn, intake: Intake) -> None:
         del self.intakes[conn]
@@ -260,7 +407,10 @@ class BufferingThreadWorker(ThreadWorker):
             self.poller.unregister(conn.sock)
 
     def _close(self, conn: TConn, answer: bytes = b"") -> None:
-        self._forget(conn, self.intakes[conn])
+        intake = self.intakes[conn]
+        self.body_budget.give_back(intake.reserved)
+        intake.reserved = 0
+        self._forget(conn, intake)
         if answer:
             self._send_now(conn, answer)
         self.nr_conns -= 1
@@ -285,7 +435,10 @@ class BufferingThreadWorker(ThreadWorker):
         if now < self.next_sweep and self.alive:
             return
         self.next_sweep = now + 0.5
+        self._unpark(now)
         for conn, intake in list(self.intakes.items()):
+            if intake.parked_since is not None:
+                continue
             stopping = not self.alive and intake.body_started is None
             if stopping:
                 intake.deadline_cap = min(intake.deadline_cap, now + STOP_KEEPALIVE_LINGER)
@@ -295,11 +448,21 @@ class BufferingThreadWorker(ThreadWorker):
     def handle(self, conn: TConn) -> Any:
         """In a request thread: parse the buffered request, never waiting on the client."""
         request = conn.__dict__.pop("complete_request", None)
+        reserved = conn.__dict__.pop("body_reservation", 0)
         if request is not None:
             conn.sock.setblocking(True)
             conn.init()
-            conn.parser.unreader.unread(request)
-        return super().handle(conn)
+            source = conn.parser.unreader
+            if isinstance(source, BufferedUnreader):
+                source = source.source  # a kept-alive connection's earlier request
+            conn.parser.unreader = BufferedUnreader(source, request)
+            del request
+        hold_for_this_thread(reserved)
+        try:
+            return super().handle(conn)
+        finally:
+            hold_for_this_thread(0)
+            self.body_budget.give_back(reserved)
 
     def handle_request(self, req: Any, conn: TConn) -> bool:
         if conn.__dict__.pop("continue_sent", False):
@@ -315,8 +478,11 @@ class BufferingThreadWorker(ThreadWorker):
                 self._close(conn)
 
 
-def buffering_worker(max_body_bytes: int) -> type[BufferingThreadWorker]:
-    """The worker class for a service whose request bodies may be ``max_body_bytes`` long.
+def buffering_worker(
+    max_body_bytes: int, body_budget_bytes: int = 256 * 1024 * 1024
+) -> type[BufferingThreadWorker]:
+    """The worker class for a service whose request bodies may be ``max_body_bytes`` long,
+    large bodies admitted under a budget of ``body_budget_bytes`` (``body_budget``).
 
     A process buffers at most twice that (at least 64 MiB) in all its connections together.
     """
@@ -325,6 +491,7 @@ def buffering_worker(max_body_bytes: int) -> type[BufferingThreadWorker]:
         (BufferingThreadWorker,),
         {
             "max_body_bytes": max_body_bytes,
+            "body_budget_bytes": body_budget_bytes,
             "buffer_budget": max(2 * max_body_bytes, 64 * 1024 * 1024),
             "__module__": __name__,
         },

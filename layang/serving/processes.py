@@ -80,6 +80,7 @@ def post_fork(server: Any, worker: Any) -> None:
 
 def gunicorn_settings(config: Config) -> dict[str, Any]:
     """Settings shared by ``layang serve`` and ``gunicorn -c gunicorn.conf.py wsgi:app``."""
+    from layang.serving.body_budget import MIB
     from layang.serving.http_front import buffering_worker
 
     return {
@@ -93,7 +94,9 @@ def gunicorn_settings(config: Config) -> dict[str, Any]:
         # gthread whose threads only take complete requests (layang.serving.http_front): slow
         # clients cost a file descriptor each, not a thread.
         "worker_class": (
-            buffering_worker(config.max_request_body_bytes) if config.http_threads > 1 else "sync"
+            buffering_worker(config.max_request_body_bytes, config.http_body_budget_mb * MIB)
+            if config.http_threads > 1
+            else "sync"
         ),
         "workers": config.http_workers,
         "threads": config.http_threads,

@@ -22,6 +22,7 @@ from layang.db import UNAVAILABLE_ERRORS, database, new_id
 from layang.domain import idempotency
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import (
+    AmbiguousAuthor,
     IdempotencyInFlight,
     IdempotencyKeyReused,
     InvalidInput,
@@ -286,6 +287,8 @@ def take_requiretls(arg: str | None) -> tuple[str | None, bool]:
 
 def reply_for(error: LayangError) -> str:
     """The SMTP reply for a domain error raised at the end of DATA: the one place they map."""
+    if isinstance(error, AmbiguousAuthor):
+        return f"550 5.6.0 {error.message}"
     if isinstance(error, SenderNotAllowed):
         return f"554 5.7.1 From header not allowed: sandbox accounts send from {error.allowed}"
     if isinstance(error, SenderDomainNotVerified):

@@ -193,10 +193,6 @@ def test_a_domain_belongs_to_one_account(client, auth):
     add(client, auth)
     other = accounts.create_account("other", live=True)
     other_auth = {"Authorization": f"Bearer {accounts.create_api_key(other)[1]}"}
-    response = client.post(URL, json={"domain": "example.com"}, headers=other_auth)
-    assert response.status_code == 409
-    assert response.get_json()["error"] == "conflict"
-    assert "another account" in response.get_json()["message"]
     again = client.post(URL, json={"domain": "example.com"}, headers=auth)
     assert again.status_code == 409 and "already added" in again.get_json()["message"]
     for method, path in [
@@ -363,3 +359,36 @@ def test_sandbox_accounts_keep_their_own_rule(app, client, config):
     trial_auth = {"Authorization": f"Bearer {accounts.create_api_key(trial)[1]}"}
     response = send(client, trial_auth, config.sandbox_sender)
     assert response.get_json()["error"] == "recipient_not_authorized"
+
+
+def test_pending_claims_coexist_and_the_first_to_verify_owns_the_domain(client, auth, dns_zone):
+    def account_auth(name):
+        account = accounts.create_account(name, live=True)
+        return {"Authorization": f"Bearer {accounts.create_api_key(account)[1]}"}
+
+    squatter, late = account_auth("squatter"), account_auth("late")
+    # Someone else claiming the domain first does not lock its owner out.
+    squatted = add(client, squatter)
+    mine = add(client, auth)
+    assert squatted["status"] == mine["status"] == "pending"
+    keys = {key["selector"] for key in squatted["dkim"]} | {key["selector"] for key in mine["dkim"]}
+    assert len(keys) == 2  # each claim has its own key
+
+    dns_zone.publish(mine["records"])
+    assert verify(client, auth)["status"] == "verified"
+
+    # The other pending claim can no longer verify, even with its own records published.
+    dns_zone.publish(squatted["records"])
+    refused = client.post(f"{URL}/example.com/verify", headers=squatter)
+    assert refused.status_code == 409, refused.get_json()
+    assert refused.get_json()["error"] == "conflict"
+    assert "another account" in refused.get_json()["message"]
+    assert client.get(f"{URL}/example.com", headers=squatter).get_json()["status"] == "pending"
+    # Nor can a new claim be made on a verified domain.
+    response = client.post(URL, json={"domain": "example.com"}, headers=late)
+    assert response.status_code == 409
+    assert "another account" in response.get_json()["message"]
+
+    # Once the owner lets it go, a pending claim can verify.
+    assert client.delete(f"{URL}/example.com", headers=auth).status_code == 204
+    assert verify(client, squatter, "example.com")["status"] == "verified"

@@ -9,6 +9,7 @@ import signal
 import smtplib
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from email.message import EmailMessage
@@ -442,3 +443,42 @@ def test_no_one_can_put_their_own_x_layang_id_in_a_message(client, auth):
         "shop@sender.test",
     )
     assert forged.encode() not in submitted.raw
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bounce_reported_before_the_delivery_is_recorded_stays_the_final_state(
+    client, auth, upstream, relay_to, inbound
+):
+    response = client.post(
+        URL,
+        json={
+            "from": {"email": "shop@sender.test"},
+            "subject": "Your order",
+            "to": [{"email": RECIPIENT}],
+            "bodyText": "Thanks.",
+        },
+        headers=auth,
+    )
+    assert response.status_code == 200
+    # The remote server accepts the message and reports its bounce at once: the report
+    # arrives while the worker still waits for the reply to DATA.
+    upstream.stall()
+    worker = relay_to(upstream)
+    relaying = threading.Thread(target=drain, args=(worker,))
+    relaying.start()
+    try:
+        assert upstream.wait_stalled()
+        verp = next(argument for verb, argument in upstream.attempts if verb == "MAIL")
+        deliver(inbound, verp, dsn(verp, "failed", "5.1.1", "550 5.1.1 No such user"))
+    finally:
+        upstream.release()
+        relaying.join(timeout=30)
+    items = client.get(f"/v1/layang/activity?recipient={RECIPIENT}", headers=auth).get_json()
+    (shown,) = items["items"]
+    assert shown["status"] == "Bounce"
+    events = {event["status"]: event for event in shown["events"]}
+    assert {"Delivery", "Bounce"} <= set(events)
+    # Each event at its own time: the report came before the delivery was recorded.
+    assert events["Bounce"]["timestamp"] <= events["Delivery"]["timestamp"]
+    entry = client.get(f"/v1/layang/suppressions/{RECIPIENT}", headers=auth)
+    assert entry.status_code == 200 and entry.get_json()["reason"] == "hard_bounce"

@@ -334,3 +334,27 @@ def test_our_signature_is_byte_for_byte_dkimpys_own():
 def test_headers_are_oversigned():
     names = dkim.header_list(b"From: a@x.test\r\nTo: b@y.test\r\nTo: c@y.test\r\n\r\nTo: body\r\n")
     assert names.count(b"from") == 2 and names.count(b"to") == 3 and names.count(b"cc") == 1
+
+
+@BOTH
+def test_a_second_from_header_is_refused_not_signed(
+    app, client, auth, dns_zone, api_key, smtp_config, upstream, relay_to
+):
+    required = replace(smtp_config, require_verified_domain=True)
+    verified_domain(client, auth, dns_zone)
+    controller = submission(required)
+    try:
+        host, port = required.smtp_host_port
+        with smtplib.SMTP(host, port, local_hostname="client.test", timeout=10) as smtp:
+            smtp.starttls(context=client_context())
+            smtp.login("acme", api_key)
+            assert smtp.mail("shop@example.com")[0] == 250
+            assert smtp.rcpt("ana@rcpt.test")[0] == 250
+            code, reply = smtp.data(
+                b"From: news@example.com\r\nFrom: ceo@bank.example\r\nSubject: x\r\n\r\nhi\r\n"
+            )
+            assert code == 550 and reply.startswith(b"5.6.0 "), reply
+    finally:
+        controller.stop()
+    drain(relay_to(upstream))
+    assert upstream.received == []

@@ -369,3 +369,30 @@ def test_a_login_logs_no_warning(server, smtp_config, trial, caplog):
     assert Transmission.select().count() == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == []
+
+
+@pytest.mark.parametrize(
+    "from_lines",
+    [
+        [f"From: <{SANDBOX_SENDER}>", "From: CEO <ceo@bank.example>"],
+        [f"From: {SANDBOX_SENDER}, ceo@bank.example"],
+        [f"From: Staff: {SANDBOX_SENDER}, ceo@bank.example;"],
+        ["From: undisclosed-authors:;"],
+    ],
+    ids=["two-from-headers", "two-addresses", "group", "empty-group"],
+)
+def test_a_message_must_name_one_author(server, smtp_config, trial, from_lines):
+    account, key = trial
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    head = "\r\n".join([*from_lines, "To: ana@rcpt.test", "Subject: Who wrote this?"])
+    smtp.mail(SANDBOX_SENDER)
+    smtp.rcpt("ana@rcpt.test")
+    code, reply = smtp.data(f"{head}\r\n\r\nHello.\r\n".encode())
+    assert code == 550 and reply.startswith(b"5.6.0 "), reply
+    assert b"From" in reply
+    assert Transmission.select().count() == 0
+    # One author is fine, in the same session.
+    assert smtp.sendmail(SANDBOX_SENDER, ["ana@rcpt.test"], message().as_bytes()) == {}
+    smtp.quit()
+    assert Transmission.select().count() == 1

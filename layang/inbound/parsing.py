@@ -1,0 +1,162 @@
+"""Reading inbound mail in child processes, each message under a CPU-time limit.
+
+Parsing is pure CPU work on bytes from anyone. In a thread it would still hold the
+interpreter's lock and slow every session of the server (and, under ``layang run``, the API
+beside it); it could also run for as long as the parser likes. So each message is read by one
+of a few long-lived child processes (``python -m layang.inbound.parsing``): the child stops a
+parse once it has used ``cpu_seconds`` of CPU, and a child that does not answer in time at all
+is killed and replaced. Either way the message is ``Unrecognised`` and kept for inspection.
+
+The exchange is a length-prefixed frame each way over the child's stdin and stdout: the
+message's bytes in, the pickled report out (parent and child are the same code).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import BinaryIO
+
+from layang.domain.feedback import Report, Unrecognised
+
+log = logging.getLogger("layang.inbound")
+
+PARSE_CPU_SECONDS = 5.0
+"""CPU time one message's parse may use."""
+PARSERS = 2
+"""Child processes reading mail at once; further messages wait for one."""
+_FRAME = struct.Struct(">Q")
+
+
+class _CpuSpent(BaseException):
+    """Raised in the child when a parse used its CPU time. A BaseException, so that the
+    parser's own ``except Exception`` (odd mail is only unrecognised) does not swallow it."""
+
+
+class _Child:
+    """One parsing process, started on first use and again after it was killed."""
+
+    def __init__(self, cpu_seconds: float) -> None:
+        self.cpu_seconds = cpu_seconds
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def read(self, data: bytes) -> Report:
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.cpu_seconds)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        # The wall-clock bound covers a child starved of CPU by others, and one stuck where
+        # its CPU timer cannot interrupt it.
+        deadline = time.monotonic() + 4 * self.cpu_seconds + 10
+        try:
+            process.stdin.write(_FRAME.pack(len(data)) + data)
+            process.stdin.flush()
+            size = _FRAME.unpack(_read_exactly(process.stdout, _FRAME.size, deadline))[0]
+            report: Report = pickle.loads(_read_exactly(process.stdout, size, deadline))  # noqa: S301 - our own child
+            return report
+        except TimeoutError:
+            log.warning("inbound parser did not answer in time; replaced")
+            self.stop()
+            return Unrecognised("parsing did not finish in time; kept unparsed")
+        except (OSError, EOFError, pickle.UnpicklingError, struct.error) as error:
+            log.warning("inbound parser failed (%s); replaced", type(error).__name__)
+            self.stop()
+            return Unrecognised("the parser failed on it; kept unparsed")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _read_exactly(stream: BinaryIO, size: int, deadline: float) -> bytes:
+    """``size`` bytes from the pipe ``stream``; ``TimeoutError`` past ``deadline``,
+    ``EOFError`` when the child is gone."""
+    fd = stream.fileno()
+    chunks: list[bytes] = []
+    wanted = size
+    while wanted:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(wanted, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        wanted -= len(chunk)
+    return b"".join(chunks)
+
+
+class ReportReader:
+    """Reads messages into reports in ``processes`` child processes, each parse limited to
+    ``cpu_seconds`` of CPU. ``read`` blocks (call it from a worker thread) and never raises;
+    ``close`` stops the children."""
+
+    def __init__(self, processes: int = PARSERS, cpu_seconds: float = PARSE_CPU_SECONDS) -> None:
+        self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+        self._children = [_Child(cpu_seconds) for _ in range(processes)]
+        for child in self._children:
+            self._idle.put(child)
+
+    def read(self, data: bytes) -> Report:
+        """What ``data`` (a whole message as received) reports."""
+        child = self._idle.get()
+        try:
+            return child.read(data)
+        finally:
+            self._idle.put(child)
+
+    def close(self) -> None:
+        for child in self._children:
+            child.stop()
+
+
+def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """The child's loop: read a frame, parse it under the CPU limit, answer, until EOF."""
+    from layang.inbound.reports import read_report
+
+    def spent(signum: int, frame: FrameType | None) -> None:
+        raise _CpuSpent
+
+    signal.signal(signal.SIGPROF, spent)
+    while True:
+        head = stdin.read(_FRAME.size)
+        if len(head) < _FRAME.size:
+            return
+        data = stdin.read(_FRAME.unpack(head)[0])
+        report: Report
+        try:
+            signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+            try:
+                report = read_report(data)
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+        except _CpuSpent:
+            report = Unrecognised(f"parsing took more than {cpu_seconds:g} s of CPU; kept unparsed")
+        answer = pickle.dumps(report)
+        stdout.write(_FRAME.pack(len(answer)) + answer)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    # Ctrl-C reaches the whole process group: the parent stops its children itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _serve(float(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer)
