@@ -341,6 +341,7 @@ def _direct_to_mx(t: Dialect) -> list[str]:
         "length(rtrim(\"address\", replace(\"address\", '@', ''))) + 1))",
         'CREATE INDEX "recipient_domain_next_attempt_at" '
         'ON "recipient" ("domain", "next_attempt_at")',
+        'CREATE INDEX "recipient_waiting_on" ON "recipient" ("waiting_on")',
         f"""CREATE TABLE "mx_domain" (
             "domain" VARCHAR(253) NOT NULL PRIMARY KEY,
             "site" TEXT NOT NULL,

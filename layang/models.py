@@ -110,6 +110,7 @@ class Recipient(BaseModel):
             (("account", "id"), False),
             (("account", "status", "id"), False),
             (("domain", "next_attempt_at"), False),
+            (("waiting_on",), False),
         )
 
 
