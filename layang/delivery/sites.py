@@ -132,7 +132,7 @@ def slow_down(
         if row.signal_at is not None and now - row.signal_at < throttle.window_ms:
             _save(row, last_reply=reply, updated_at=now)
             return _view(row, site, ceiling, now)
-        current = row.connection_limit if row.connection_limit is not None else ceiling
+        current = min(row.connection_limit or ceiling, ceiling)
         pause = _next_pause(row, now, throttle)
         _save(
             row,
