@@ -9,8 +9,11 @@ nowhere else.
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import os
 import secrets
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -108,6 +111,51 @@ def parse_resolvers(raw: str, name: str) -> tuple[tuple[str, int], ...]:
 def _resolvers(raw: str, name: str) -> str:
     parse_resolvers(raw, name)
     return raw
+
+
+@dataclass(frozen=True)
+class SourceAddress:
+    """An address outbound SMTP sessions bind to, and the name they give in EHLO there (its
+    PTR name; empty: ``LAYANG_EHLO_NAME``)."""
+
+    address: str
+    ehlo_name: str = ""
+
+
+def parse_sources(raw: str, name: str) -> tuple[SourceAddress, ...]:
+    """``ip[=ehlo.name][,…]`` as source addresses; raises ``ConfigError`` naming the item."""
+    sources = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        address, _, ehlo = item.partition("=")
+        try:
+            parsed = ipaddress.ip_address(address.strip().strip("[]"))
+        except ValueError:
+            raise ConfigError(
+                f"{name} must list addresses as ip[=ehlo.name][,…]; {address.strip()!r} is not "
+                "an IP address"
+            ) from None
+        ehlo = ehlo.strip().rstrip(".").lower()
+        if ehlo and (any(c.isspace() for c in ehlo) or "." not in ehlo):
+            raise ConfigError(f"{name}: {ehlo!r} is not a host name (the address's PTR name)")
+        sources.append(SourceAddress(str(parsed), ehlo))
+    if not sources:
+        raise ConfigError(f"{name} must list addresses as ip[=ehlo.name][,…]")
+    return tuple(sources)
+
+
+def _sources(raw: str, name: str) -> str:
+    parse_sources(raw, name)
+    return raw
+
+
+def _host_name(raw: str, name: str) -> str:
+    value = raw.strip().rstrip(".").lower()
+    if not value or any(c.isspace() for c in value) or "@" in value:
+        raise ConfigError(f"{name} must be a host name (this host's PTR name), not {raw!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -253,6 +301,10 @@ class Config:
     throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
+    source_addresses: str = _setting(
+        "LAYANG_SOURCE_ADDRESSES", _sources, shown="unset (the system's choice)", default=""
+    )
+    ehlo_name: str = _setting("LAYANG_EHLO_NAME", _host_name, shown="the host's FQDN", default="")
 
     def __post_init__(self) -> None:
         if not self.secret_key:
@@ -334,12 +386,36 @@ class Config:
         return parse_resolvers(self.dns_resolver, "LAYANG_DNS_RESOLVER")
 
     @property
+    def sources(self) -> tuple[SourceAddress, ...]:
+        """The source addresses of ``LAYANG_SOURCE_ADDRESSES``, each with its EHLO name
+        (``LAYANG_EHLO_NAME`` where none is given); empty: the system picks the address."""
+        if not self.source_addresses:
+            return ()
+        default = self.helo_name
+        return tuple(
+            SourceAddress(s.address, s.ehlo_name or default)
+            for s in parse_sources(self.source_addresses, "LAYANG_SOURCE_ADDRESSES")
+        )
+
+    @property
+    def helo_name(self) -> str:
+        """The EHLO name of sessions without a source address of their own:
+        ``LAYANG_EHLO_NAME``, else this host's FQDN (looked up once per process)."""
+        return self.ehlo_name or _fqdn()
+
+    @property
     def inbound_host_port(self) -> tuple[str, int]:
         return parse_bind(self.inbound_bind, "LAYANG_INBOUND_BIND")
 
     @property
     def smtp_host_port(self) -> tuple[str, int]:
         return parse_bind(self.smtp_bind, "LAYANG_SMTP_BIND")
+
+
+@functools.lru_cache(maxsize=1)
+def _fqdn() -> str:
+    # getfqdn() can take seconds where DNS is broken: once per process.
+    return socket.getfqdn().rstrip(".").lower() or "localhost"
 
 
 def _data_dir_defaults(data_dir: Path) -> dict[str, str]:

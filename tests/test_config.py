@@ -55,6 +55,8 @@ DOCUMENTED = {
     "throttle_start_seconds": 5,
     "throttle_max_seconds": 300,
     "suspend_after_failures": 3,
+    "source_addresses": "",
+    "ehlo_name": "",
 }
 
 
@@ -121,6 +123,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_THROTTLE_START_SECONDS": "1",
         "LAYANG_THROTTLE_MAX_SECONDS": "60",
         "LAYANG_SUSPEND_AFTER_FAILURES": "5",
+        "LAYANG_SOURCE_ADDRESSES": "203.0.113.7=MTA1.example.com.,2001:db8::7",
+        "LAYANG_EHLO_NAME": "mail.example.com",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

@@ -90,6 +90,14 @@ DELIVERY = (
     "bounce_domain",  # the mailto: of List-Unsubscribe
     "webhook_retry_schedule",
     "webhook_allow_private",
+    # direct to MX (contract 13)
+    "dns_resolver",
+    "mx_port",
+    "throttle_start_seconds",
+    "throttle_max_seconds",
+    "suspend_after_failures",
+    "source_addresses",
+    "ehlo_name",
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file",)
