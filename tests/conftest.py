@@ -21,6 +21,7 @@ from layang.models import Account
 from layang.serving.app import create_app
 from tests.browser import browser, live_server  # noqa: F401 - fixtures
 from tests.dns_server import dns_zone  # noqa: F401 - fixture
+from tests.hosts import network  # noqa: F401 - fixture
 from tests.internet import internet  # noqa: F401 - fixture
 from tests.postgres.server import cluster, postgres_database, postgres_url  # noqa: F401 - fixtures
 from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
