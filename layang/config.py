@@ -9,9 +9,11 @@ nowhere else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import secrets
+import socket
 import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -113,6 +115,46 @@ def _resolvers(raw: str, name: str) -> str:
 
 
 @dataclass(frozen=True)
+class SourceAddress:
+    """An address outbound SMTP sessions bind to, and the name they give in EHLO there (its
+    PTR name; empty: ``LAYANG_EHLO_NAME``)."""
+
+    address: str
+    ehlo_name: str = ""
+
+
+def parse_sources(raw: str, name: str) -> tuple[SourceAddress, ...]:
+    """``ip[=ehlo.name][,…]`` as source addresses; raises ``ConfigError`` naming the item."""
+    sources = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        address, _, ehlo = item.partition("=")
+        try:
+            parsed = ipaddress.ip_address(address.strip().strip("[]"))
+        except ValueError:
+            raise ConfigError(
+                f"{name} must list addresses as ip[=ehlo.name][,…]; {address.strip()!r} is not "
+                "an IP address"
+            ) from None
+        ehlo = ehlo.strip().rstrip(".").lower()
+        if ehlo and (any(c.isspace() for c in ehlo) or "." not in ehlo):
+            raise ConfigError(f"{name}: {ehlo!r} is not a host name (the address's PTR name)")
+        sources.append(SourceAddress(str(parsed), ehlo))
+    if not sources:
+        raise ConfigError(f"{name} must list addresses as ip[=ehlo.name][,…]")
+    return tuple(sources)
+
+
+def _host_name(raw: str, name: str) -> str:
+    value = raw.strip().rstrip(".").lower()
+    if not value or any(c.isspace() for c in value) or "@" in value:
+        raise ConfigError(f"{name} must be a host name (this host's PTR name), not {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
 class RateLimit:
     """At most ``count`` messages per account in each window of ``seconds``."""
 
@@ -144,23 +186,10 @@ def _domain(raw: str, name: str) -> str:
 
 def _source_addresses(raw: str, name: str) -> tuple[tuple[str, str], ...]:
     """``ip[=ehlo.name][,…]`` → ((ip, ehlo name or ""), …)."""
-    sources = []
-    for part in raw.split(","):
-        address, _, ehlo = part.strip().partition("=")
-        try:
-            ip = ipaddress.ip_address(address.strip())
-        except ValueError:
-            raise ConfigError(
-                f"{name} must be IP addresses with optional EHLO names, like "
-                f"192.0.2.10=mta1.example.com,192.0.2.11, not {raw!r}"
-            ) from None
-        ehlo = ehlo.strip().rstrip(".").lower()
-        if ehlo and (" " in ehlo or "." not in ehlo):
-            raise ConfigError(f"{name}: {ehlo!r} is not a host name for EHLO")
-        sources.append((str(ip), ehlo))
-    if len({ip for ip, _ in sources}) != len(sources):
+    sources = parse_sources(raw, name)
+    if len({source.address for source in sources}) != len(sources):
         raise ConfigError(f"{name} names an address twice")
-    return tuple(sources)
+    return tuple((source.address, source.ehlo_name) for source in sources)
 
 
 def _cafile(raw: str, name: str) -> str:
@@ -229,12 +258,12 @@ def parse_source_pools(raw: str, name: str) -> SourcePools:
 def check_pools_within(pools: SourcePools, source_addresses: str) -> None:
     """Raise ``ConfigError`` unless every pooled address is one of ``LAYANG_SOURCE_ADDRESSES``
     (when that is set)."""
-    allowed = set()
-    for item in source_addresses.split(","):
-        with contextlib.suppress(ValueError):
-            allowed.add(str(ipaddress.ip_address(item.strip())))
     if not source_addresses.strip():
         return
+    try:
+        allowed = {source.address for source in parse_sources(source_addresses, "")}
+    except ConfigError:
+        return  # LAYANG_SOURCE_ADDRESSES itself is wrong: its own check says so
     for stream, addresses in pools:
         for address in addresses:
             if address not in allowed:
@@ -373,7 +402,7 @@ class Config:
         shown="unset (the system's choice)",
         default=(),
     )
-    ehlo_name: str = _setting("LAYANG_EHLO_NAME", _domain, shown="the host's FQDN", default="")
+    ehlo_name: str = _setting("LAYANG_EHLO_NAME", _host_name, shown="the host's FQDN", default="")
     throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
@@ -486,6 +515,21 @@ class Config:
         return parse_resolvers(self.dns_resolver, "LAYANG_DNS_RESOLVER")
 
     @property
+    def sources(self) -> tuple[SourceAddress, ...]:
+        """The source addresses of ``LAYANG_SOURCE_ADDRESSES``, each with its EHLO name
+        (``LAYANG_EHLO_NAME`` where none is given); empty: the system picks the address."""
+        default = self.helo_name if self.source_addresses else ""
+        return tuple(
+            SourceAddress(address, ehlo or default) for address, ehlo in self.source_addresses
+        )
+
+    @property
+    def helo_name(self) -> str:
+        """The EHLO name of sessions without a source address of their own:
+        ``LAYANG_EHLO_NAME``, else this host's FQDN (looked up once per process)."""
+        return self.ehlo_name or _fqdn()
+
+    @property
     def inbound_host_port(self) -> tuple[str, int]:
         return parse_bind(self.inbound_bind, "LAYANG_INBOUND_BIND")
 
@@ -496,6 +540,12 @@ class Config:
     def source_pool(self, stream: str) -> tuple[str, ...]:
         """The source addresses ``LAYANG_SOURCE_POOLS`` gives ``stream``; empty means any."""
         return dict(self.source_pools).get(stream, ())
+
+
+@functools.lru_cache(maxsize=1)
+def _fqdn() -> str:
+    # getfqdn() can take seconds where DNS is broken: once per process.
+    return socket.getfqdn().rstrip(".").lower() or "localhost"
 
 
 def _data_dir_defaults(data_dir: Path) -> dict[str, str]:

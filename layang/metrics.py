@@ -199,7 +199,12 @@ def _site_figures(now: int) -> list[Metric]:
         .group_by(SiteSlot.site)
         .tuples()
     )
-    limits = {row.site: row.limit() for row in SiteState.select()}
+    shown = set(queued) | set(sessions)
+    limits = {row.site: row.limit() for row in SiteState.holding_back()}
+    missing = sorted(shown - set(limits))
+    for start in range(0, len(missing), 500):
+        rows = SiteState.select().where(SiteState.site.in_(missing[start : start + 500]))
+        limits.update({row.site: row.limit() for row in rows})
     families = [
         GaugeMetricFamily(name, help_text, labels=["site"]) for name, help_text in SITE_GAUGES
     ]

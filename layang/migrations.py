@@ -341,6 +341,7 @@ def _direct_to_mx(t: Dialect) -> list[str]:
         "length(rtrim(\"address\", replace(\"address\", '@', ''))) + 1))",
         'CREATE INDEX "recipient_domain_next_attempt_at" '
         'ON "recipient" ("domain", "next_attempt_at")',
+        'CREATE INDEX "recipient_waiting_on" ON "recipient" ("waiting_on")',
         f"""CREATE TABLE "mx_domain" (
             "domain" VARCHAR(253) NOT NULL PRIMARY KEY,
             "site" TEXT NOT NULL,
@@ -542,8 +543,17 @@ def _activity_counts(t: Dialect) -> list[str]:
     key = '("account_id", "hour", "domain", "kind")'
     columns = '("account_id", "hour", "domain", "kind", "count")'
     if t is SQLITE:
-        domain = _sqlite_domain("json_extract(t.\"from_header\", '$.email')")
-        bounce_class = "json_extract(NEW.\"detail\", '$.bounceClass')"
+        # Text that is not JSON (never written by Layang, but a database may hold anything)
+        # counts under no domain or class rather than failing the write.
+        email = (
+            'json_extract(CASE WHEN json_valid(t."from_header") THEN t."from_header" END, '
+            "'$.email')"
+        )
+        domain = f"coalesce({_sqlite_domain(email)}, '')"
+        bounce_class = (
+            'json_extract(CASE WHEN json_valid(NEW."detail") THEN NEW."detail" END, '
+            "'$.bounceClass')"
+        )
         return [
             table,
             index,
@@ -569,11 +579,15 @@ def _activity_counts(t: Dialect) -> list[str]:
                 domain,
                 f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
                 "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
-                "coalesce(json_extract(e.\"detail\", '$.bounceClass'), 'undetermined') "
+                'coalesce(json_extract(CASE WHEN json_valid(e."detail") THEN e."detail" END, '
+                "'$.bounceClass'), 'undetermined') "
                 'ELSE e."status" END',
             ),
         ]
-    domain = "lower(regexp_replace(t.\"from_header\"::json->>'email', '^.*@', ''))"
+    domain = (
+        "coalesce(lower(regexp_replace(CASE WHEN left(ltrim(t.\"from_header\"), 1) = '{' "
+        "THEN t.\"from_header\"::json->>'email' END, '^.*@', '')), '')"
+    )
     upsert = (
         f'ON CONFLICT {key} DO UPDATE SET "count" = "activity_count"."count" + EXCLUDED."count"'
     )
@@ -599,7 +613,8 @@ def _activity_counts(t: Dialect) -> list[str]:
           INSERT INTO "activity_count" {columns}
           SELECT r."account_id", n."created_at" / {_HOUR_MS} * {_HOUR_MS}, {domain},
                  CASE WHEN n."status" = 'Bounce'
-                      THEN 'Bounce:' || coalesce(n."detail"::json->>'bounceClass', 'undetermined')
+                      THEN 'Bounce:' || coalesce(CASE WHEN left(ltrim(n."detail"), 1) = '{{'
+                        THEN n."detail"::json->>'bounceClass' END, 'undetermined')
                       ELSE n."status" END,
                  count(*)
           FROM "new_rows" n JOIN "recipient" r ON r."id" = n."recipient_id"
@@ -615,7 +630,8 @@ def _activity_counts(t: Dialect) -> list[str]:
             domain,
             f"{{at}} / {_HOUR_MS} * {_HOUR_MS}",
             "CASE WHEN e.\"status\" = 'Bounce' THEN 'Bounce:' || "
-            "coalesce(e.\"detail\"::json->>'bounceClass', 'undetermined') ELSE e.\"status\" END",
+            "coalesce(CASE WHEN left(ltrim(e.\"detail\"), 1) = '{' "
+            "THEN e.\"detail\"::json->>'bounceClass' END, 'undetermined') ELSE e.\"status\" END",
         ),
     ]
 

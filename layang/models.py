@@ -131,6 +131,7 @@ class Recipient(BaseModel):
             (("account", "status", "id"), False),
             (("domain", "next_attempt_at"), False),
             (("priority", "next_attempt_at"), False),
+            (("waiting_on",), False),
         )
 
 
@@ -476,6 +477,11 @@ class SiteState(BaseModel):
         if self.connection_limit is not None:
             return THROTTLED, None
         return OK, None
+
+    @classmethod
+    def holding_back(cls) -> peewee.ModelSelect:
+        """The rows that may show a state other than ``ok`` (a few, however many sites)."""
+        return cls.select().where((cls.state != OK) | cls.connection_limit.is_null(False))
 
     def limit(self) -> int | None:
         """The sessions allowed now: the throttled limit, else the rule's (None: unknown)."""

@@ -45,6 +45,9 @@ class _SessionCount(set):
 
     def add(self, item: Any) -> None:
         super().add(item)
+        transport = getattr(item, "transport", None)
+        if transport is not None:
+            self.server.peers.append(transport.get_extra_info("peername")[0])
         self.server._noted(len(self))
 
     def discard(self, item: Any) -> None:
@@ -77,6 +80,7 @@ class MxServer(Upstream):
         self.greylist = greylist
         self.refuse = refuse
         self.peak_sessions = 0
+        self.peers: list[str] = []  # the client address of each session
         self.history: list[tuple[float, int]] = []
         self.slow_downs = 0
         self._greylisted: set[tuple[str, str]] = set()
@@ -180,9 +184,14 @@ class Internet:
         """``config`` delivering direct to MX on this internet."""
         return replace(config, relay_url="mx:", dns_resolver=self.resolver, mx_port=self.port)
 
-    def server(self, name: str, *, ipv6: bool = False, **behaviour: Any) -> MxServer:
-        """Start an MX host called ``name`` (A record on a fresh 127.0.0.x, or AAAA ::1)."""
-        if ipv6:
+    def server(
+        self, name: str, *, ipv6: bool = False, host: str | None = None, **behaviour: Any
+    ) -> MxServer:
+        """Start an MX host called ``name`` (A record on a fresh 127.0.0.x, or AAAA ::1, or
+        on ``host``, an address of this machine)."""
+        if host is not None:
+            self.zone.add_a(name, host)
+        elif ipv6:
             host = "::1"
             self.zone.add_aaaa(name, host)
         else:

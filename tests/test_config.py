@@ -75,6 +75,9 @@ DOCUMENTED = {
     "inbound_keep_days": 7,
     "inbound_keep_mb": 100,
     "http_body_budget_mb": 256,
+    "source_addresses": (),
+    "worker_connections": 200,
+    "ehlo_name": "",
 }
 
 
@@ -155,6 +158,9 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_INBOUND_KEEP_DAYS": "3",
         "LAYANG_INBOUND_KEEP_MB": "10",
         "LAYANG_HTTP_BODY_BUDGET_MB": "64",
+        "LAYANG_SOURCE_ADDRESSES": "192.0.2.1=MTA1.example.com.,192.0.2.2,192.0.2.3,2001:db8::7",
+        "LAYANG_WORKER_CONNECTIONS": "50",
+        "LAYANG_EHLO_NAME": "mail.example.com",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

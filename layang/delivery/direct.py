@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,10 +46,10 @@ class MxRoute:
         self.config = config
         self.shaping = Shaping.load(config.shaping_file or None)
         self.port = config.mx_port
-        ehlo = config.ehlo_name or socket.getfqdn() or "localhost"
-        self.sources = tuple(
-            Source(address, name or ehlo) for address, name in config.source_addresses
-        ) or (Source(None, ehlo),)
+        ehlo = config.helo_name
+        self.sources = tuple(Source(s.address, s.ehlo_name) for s in config.sources) or (
+            Source(None, ehlo),
+        )
         self._turn = itertools.cycle(self.sources)
         # LAYANG_SOURCE_POOLS: each stream leaves from its own addresses (of the sources above;
         # an address not among them gets the default EHLO name).

@@ -16,6 +16,7 @@ calls them from a thread.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +132,7 @@ def slow_down(
         if row.signal_at is not None and now - row.signal_at < throttle.window_ms:
             _save(row, last_reply=reply, updated_at=now)
             return _view(row, site, ceiling, now)
-        current = row.connection_limit if row.connection_limit is not None else ceiling
+        current = min(row.connection_limit or ceiling, ceiling)
         pause = _next_pause(row, now, throttle)
         _save(
             row,
@@ -226,9 +227,13 @@ def suspend(site: str, until_ms: int | None, reason: str, *, now: int | None = N
 
 
 def resume(site: str, *, now: int | None = None) -> SiteView:
-    """Lift any throttle or suspension of ``site``: its rule's limit applies again at once."""
+    """Lift any throttle or suspension of ``site``: its rule's limit applies again at once,
+    and the mail waiting on it is due now."""
     now = now_ms() if now is None else now
     with write_transaction(durable=False):
+        Recipient.update(next_attempt_at=now).where(
+            (Recipient.waiting_on == site) & (Recipient.next_attempt_at > now)
+        ).execute()
         row = _locked_row(site, now)
         _save(
             row,
@@ -305,3 +310,40 @@ def take_rate(site: str, per_second: float, *, now_us: int | None = None) -> flo
         arrival = max(row.rate_tat_us or 0, now)
         _save(row, rate_tat_us=arrival + interval)
     return (arrival - now) / 1_000_000
+
+
+def hold_for_site(
+    owner: str, ids: Sequence[str], site: str, until_ms: int, *, now: int | None = None
+) -> list[str]:
+    """Hand the recipients ``owner`` holds back to the queue to wait on ``site`` until
+    ``until_ms``, without charging them an attempt. Returns those that were not already
+    waiting on it: only they get a ``Delay`` with the reason (once per wait, not per pass)."""
+    if not ids:
+        return []
+    now = now_ms() if now is None else now
+    held = (Recipient.id.in_(list(ids))) & (Recipient.lease_owner == owner)
+    with write_transaction(durable=False):
+        fresh = [
+            row.id
+            for row in Recipient.select(Recipient.id).where(
+                held & (Recipient.waiting_on.is_null() | (Recipient.waiting_on != site))
+            )
+        ]
+        Recipient.update(
+            waiting_on=site,
+            next_attempt_at=max(until_ms, now),
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        ).where(held).execute()
+    return fresh
+
+
+def stop_waiting(ids: Sequence[str]) -> None:
+    """Forget what the recipients ``ids`` waited on (an attempt was made: the wait is over),
+    so that a later wait gets its ``Delay`` again."""
+    if ids:
+        with write_transaction(durable=False):
+            Recipient.update(waiting_on=None).where(
+                Recipient.id.in_(list(ids)) & Recipient.waiting_on.is_null(False)
+            ).execute()

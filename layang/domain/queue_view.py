@@ -72,13 +72,14 @@ def _waiting_by_domain(account_id: int | None, now: int) -> list[tuple[str, str,
     ]
 
 
-def _states(sites: set[str] | None = None) -> dict[str, SiteState]:
-    query = SiteState.select()
-    if sites is not None:
-        if not sites:
-            return {}
-        query = query.where(SiteState.site.in_(sorted(sites)))
-    return {row.site: row for row in query}
+def _states(sites: set[str]) -> dict[str, SiteState]:
+    """The state rows of ``sites`` and of every site that may be holding mail back."""
+    rows = {row.site: row for row in SiteState.holding_back()}
+    wanted = sorted(set(sites) - set(rows))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        rows.update({row.site: row for row in SiteState.select().where(SiteState.site.in_(chunk))})
+    return rows
 
 
 def site_queues(now: int | None = None) -> list[SiteQueue]:
@@ -97,7 +98,7 @@ def site_queues(now: int | None = None) -> list[SiteQueue]:
         .group_by(SiteSlot.site)
         .tuples()
     )
-    states = _states()
+    states = _states(set(totals) | set(sessions))
     names = set(totals) | set(sessions)
     names |= {site for site, row in states.items() if row.shown(now)[0] != OK}
     rows = []
@@ -152,7 +153,7 @@ def account_attention(account_id: int, now: int | None = None) -> list[DomainQue
     """The account's recipient domains whose mail waits on a throttled or suspended site;
     one small query when no site is (the usual case)."""
     now = now_ms() if now is None else now
-    waiting = [row for row in SiteState.select() if row.shown(now)[0] != OK]
+    waiting = [row for row in SiteState.holding_back() if row.shown(now)[0] != OK]
     if not waiting:
         return []
     return [item for item in account_queue(account_id, now) if item.state != OK]

@@ -109,6 +109,7 @@ def check(config: Config, needs: Needs) -> Listeners:
     if needs.relay:
         data_dir = config.follows_data_dir("relay_url")
         check_relay(config.relay_url, "LAYANG_DATA_DIR" if data_dir else "LAYANG_RELAY_URL")
+        check_sources(config)
     if needs.smtp_tls:
         check_smtp_tls(config)
     check_shaping(config.shaping_file)
@@ -122,6 +123,24 @@ def check(config: Config, needs: Needs) -> Listeners:
         listeners.close()
         raise
     return listeners
+
+
+def check_sources(config: Config) -> None:
+    """Every source address must be one of this host's: binding to another fails every
+    session."""
+    if not config.source_addresses:
+        return
+    for source in config.sources:
+        family = socket.AF_INET6 if ":" in source.address else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((source.address, 0))
+        except OSError as error:
+            raise PreflightError(
+                "LAYANG_SOURCE_ADDRESSES",
+                f"{source.address} is not an address of this host ({error.strerror}); "
+                "list only addresses assigned to it",
+            ) from None
 
 
 def check_shaping(path: str) -> None:

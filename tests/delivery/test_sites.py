@@ -12,8 +12,11 @@ import textwrap
 
 import pytest
 
+from layang.clock import now_ms
 from layang.delivery import sites
+from layang.delivery.queue import claim_due_recipients
 from layang.delivery.sites import Throttle, is_slow_down
+from layang.models import Recipient
 from tests.conftest import BACKENDS
 from tests.test_cli import ROOT
 
@@ -173,3 +176,37 @@ def test_two_processes_share_one_limit_and_one_rate(db, config):
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # 45 sends at 50/s across three processes: never two in the same 20 ms (clock skew aside).
     assert min(gaps) > 0.015 and times[-1] - times[0] >= 44 * 0.02 - 0.01
+
+
+def test_mail_waits_on_a_site_once_uncharged_and_resuming_makes_it_due(client, auth):
+    response = client.post(
+        "/v1/layang/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "shop@acme.test"},
+            "subject": "Hi",
+            "to": [{"email": f"r{i}@a.example"} for i in range(3)],
+            "bodyText": "hi",
+        },
+    )
+    assert response.status_code == 200
+    ids = sorted(r.id for r in claim_due_recipients("w1", 10, 60))
+    assert len(ids) == 3
+    until = now_ms() + 60_000
+    assert sorted(sites.hold_for_site("w1", ids, SITE, until)) == ids
+    rows = list(Recipient.select())
+    assert {(r.waiting_on, r.next_attempt_at, r.attempts, r.lease_owner) for r in rows} == {
+        (SITE, until, 0, None)
+    }
+    assert claim_due_recipients("w1", 10, 60) == []  # they wait
+    # Due again while the site still holds them back: no second Delay, still no attempt charged.
+    Recipient.update(next_attempt_at=now_ms() - 1).execute()
+    again = [r.id for r in claim_due_recipients("w2", 10, 60)]
+    assert sites.hold_for_site("w1", again, SITE, until) == []  # w1 no longer holds them
+    assert sites.hold_for_site("w2", again, SITE, until) == []  # already waiting on it
+    assert {r.attempts for r in Recipient.select()} == {0}
+    # Resuming the site makes its waiting mail due at once.
+    sites.resume(SITE)
+    assert all(r.next_attempt_at <= now_ms() for r in Recipient.select())
+    sites.stop_waiting(ids)
+    assert {r.waiting_on for r in Recipient.select()} == {None}
