@@ -352,6 +352,15 @@ class Engine:
                 session = await self._open(destination, job)
             if session is None:
                 return None
+        if job.envelope.requiretls and destination.site is None:
+            smtp = session.inner if isinstance(session, _Counted) else None
+            transport = destination.route.transport
+            if isinstance(smtp, SmtpSession) and isinstance(transport, SmtpRelay):
+                refusal = smtp.requiretls_refusal(transport.trusted_cafile or None)
+                if refusal is not None:
+                    reply = f"550 5.7.30 {refusal}"
+                    self._finish(job, RecipientResult(job.recipient.address, 550, reply, BOUNCED))
+                    return session
         if job.envelope.requiretls and destination.site is not None:
             refusal = self._requiretls_refusal(destination, session)
             if refusal is not None:

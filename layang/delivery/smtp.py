@@ -204,6 +204,23 @@ class SmtpSession:
             raise Refused("greeting", code, format_reply(code, text))
         self.extensions = {}
 
+    def requiretls_refusal(self, trusted_cafile: str | None = None) -> str | None:
+        """Why this session cannot carry a REQUIRETLS message (RFC 8689: TLS, a certificate
+        valid for the server's name, REQUIRETLS advertised), or None."""
+        from layang.delivery.tls_policy import verification_failure
+
+        ssl_object = self.ssl_object
+        if ssl_object is None:
+            return f"REQUIRETLS needs TLS but the session with {self.where} is not encrypted"
+        verified = self.context is not None and self.context.verify_mode == ssl.CERT_REQUIRED
+        if not (verified and self.context is not None and self.context.check_hostname):
+            failure = verification_failure(ssl_object, self.server_hostname, trusted_cafile)
+            if failure is not None:
+                return f"REQUIRETLS needs a verified certificate: {failure}"
+        if not self.has("REQUIRETLS"):
+            return f"REQUIRETLS is not supported by {self.where}"
+        return None
+
     def has(self, extension: str) -> bool:
         """Whether the server advertised ``extension`` (case-insensitive) in its EHLO reply."""
         return extension.upper() in self.extensions
@@ -463,7 +480,7 @@ class SmtpSession:
         if not mail_from.isascii() and not smtputf8:
             return no_utf8
         if envelope.requiretls and not self.has("REQUIRETLS"):
-            return f"550 5.7.30 REQUIRETLS is required but was not offered by {self.where}"
+            return f"550 5.7.30 REQUIRETLS is not supported by {self.where}"
         for index, recipient in enumerate(envelope.recipients):
             if "\r" in recipient or "\n" in recipient:
                 reason = "invalid recipient address (line break)"
