@@ -123,6 +123,9 @@ def _mechanism(host: str) -> str:
 def spf_mechanism(config: Config) -> str:
     """The SPF mechanism that authorises the servers Layang's mail leaves from: the relay's
     host when the relay is an SMTP server, else this service's own host."""
+    if config.relay_url.strip() == "mx:" and config.source_addresses:
+        # Direct to MX: mail leaves from the source addresses themselves.
+        return " ".join(_mechanism(address) for address, _ in config.source_addresses)
     relay_host = _host_of(config.relay_url) if "://" in config.relay_url else ""
     return _mechanism(relay_host or _host_of(config.public_url) or "localhost")
 
@@ -224,7 +227,8 @@ def _check_spf(record: DnsRecord, answer: Answer, mechanism: str) -> tuple[str, 
         return MISSING, answer.problem or f"{record.name} has no v=spf1 record."
     if len(spf) > 1:
         return MISMATCH, "More than one SPF record; merge them into one: " + " | ".join(spf)
-    if mechanism.lower() not in spf[0].lower().split():
+    published = spf[0].lower().split()
+    if any(part not in published for part in mechanism.lower().split()):
         return MISMATCH, f"Add {mechanism} to it: {spf[0]}"
     return OK, spf[0]
 

@@ -97,6 +97,13 @@ def test_the_spf_record_names_the_relay_when_it_is_an_smtp_server(app, client, a
     assert by_purpose(body)["spf"]["value"] == "v=spf1 a:relay.example.net ~all"
 
 
+def test_direct_to_mx_the_spf_record_names_the_source_addresses(app, client, auth, config):
+    sources = (("203.0.113.7", "mta1.example.com"), ("2001:db8::7", ""))
+    app.config["LAYANG"] = replace(config, relay_url="mx:", source_addresses=sources)
+    body = add(client, auth)
+    assert by_purpose(body)["spf"]["value"] == "v=spf1 ip4:203.0.113.7 ip6:2001:db8::7 ~all"
+
+
 def test_verify_with_nothing_published_reports_every_record_missing(client, auth):
     add(client, auth)
     body = verify(client, auth)
