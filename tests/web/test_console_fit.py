@@ -112,7 +112,7 @@ def test_the_login_page_fits(app, browser, live_server):
 
 
 def test_a_records_stream_shows_beside_its_status_when_it_has_one(app, account):
-    """Records carry a stream once streams exist; the page shows it then, and nothing before."""
+    """Records carry their stream; the page shows it beside the status."""
     import flask
 
     from layang.domain.records import ActivityRecord
@@ -155,7 +155,8 @@ def test_a_records_stream_shows_beside_its_status_when_it_has_one(app, account):
                 newer_url=None,
             )
 
-    assert "badge stream" not in shown([record])
+    # Every record has a stream (transactional unless sent as broadcast).
+    assert "stream-transactional" in shown([record])
     assert '<span class="badge stream stream-broadcast" title="Stream">broadcast</span>' in shown(
         [WithStream(record, "broadcast")]
     )
