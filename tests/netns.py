@@ -35,6 +35,7 @@ class Hosts:
         self.names = [f"lyg{tag}{n}" for n in range(1, count + 1)]
         self.gateway = f"{SUBNET}.1.1"
         self._listeners: list[socket.socket] = []
+        self._sockets: list[socket.socket] = []
         for n, name in enumerate(self.names, 1):
             outside, inside = f"v{name}", f"p{name}"
             _ip("netns", "add", name)
@@ -81,6 +82,7 @@ class Hosts:
                 except OSError:
                     return
                 upstream = socket.create_connection((target_host, target_port))
+                self._sockets += [client, upstream]
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
@@ -88,8 +90,8 @@ class Hosts:
         return listener.getsockname()[1]
 
     def close(self) -> None:
-        for listener in self._listeners:
-            listener.close()
+        for sock in [*self._listeners, *self._sockets]:
+            sock.close()
         for name in self.names:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             subprocess.run(["ip", "link", "del", f"v{name}"], capture_output=True)
