@@ -11,6 +11,7 @@ Prints each busy thread's functions by own time, and keeps the ``.prof`` files (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -60,6 +61,17 @@ def profiled_worker(out: str) -> None:
         atexit.unregister(dump)
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of ``pid``, by thread id."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = {}
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda p: int(p.name)):
+        with contextlib.suppress(OSError):
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            cpu[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=3000)
@@ -67,6 +79,10 @@ def main() -> None:
     parser.add_argument(
         "--admin-url", default="postgresql://layang_ci:layang_ci@127.0.0.1:5432/layang_ci"
     )
+    parser.add_argument(
+        "--plain", action="store_true", help="no profiler: the worker's rate and CPU per thread"
+    )
+    parser.add_argument("--processes", type=int, default=1, help="with --plain")
     parser.add_argument("--run-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_worker:
@@ -89,9 +105,12 @@ def main() -> None:
         layang.fill([outgoing(n, 1) for n in range(args.messages)])
         sink.expect(args.messages)
         started = time.monotonic()
+        program = [sys.executable, __file__, "--run-worker", str(out)]
+        if args.plain:
+            program = [sys.executable, "-m", "layang", "worker", "--processes", str(args.processes)]
         with open(base / "worker.log", "wb") as log:
             worker = subprocess.Popen(
-                [sys.executable, __file__, "--run-worker", str(out)],
+                program,
                 cwd=ROOT,
                 env=layang.env,
                 stdout=log,
@@ -99,12 +118,19 @@ def main() -> None:
             )
         try:
             drained = sink.wait(3600, worker)
+            threads = thread_cpu(worker.pid)
         finally:
             Layang.stop_worker(worker)
         print(
             f"{args.messages} messages in {drained.last - started:.2f} s from the worker's start "
             f"({args.messages / (drained.last - drained.first):.1f} msg/s after the first "
             f"delivery, {drained.first - started:.2f} s to the first)"
+        )
+        busy = sum(threads.values())
+        print(
+            f"worker CPU until the last delivery: {busy:.2f} s over {drained.last - started:.2f} s"
+            f" ({busy / (drained.last - started):.0%} of one core); per thread (in the order"
+            f" started): {', '.join(f'{cpu:.2f}' for cpu in threads.values())}"
         )
     finally:
         sink.stop()
