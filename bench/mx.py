@@ -320,6 +320,30 @@ class MxPostfix(PrivatePostfix):
         time.sleep(1)
 
 
+class MxLayang(Layang):
+    """vs_postfix's Layang side, its worker started with ``--processes`` when given, or
+    profiled (bench/profile_worker.py: one process, cProfile in every thread, into
+    ``profile``)."""
+
+    processes: int | None = None
+    profile: Path | None = None
+
+    def start_worker(self) -> subprocess.Popen:
+        if self.processes is None and self.profile is None:
+            return super().start_worker()
+        self.runs += 1
+        if self.profile is not None:
+            program = [sys.executable, str(ROOT / "bench" / "profile_worker.py")]
+            program += ["--run-worker", str(self.profile)]
+        else:
+            program = [sys.executable, "-m", "layang", "worker", "--processes"]
+            program.append(str(self.processes))
+        with open(self.base / f"worker-{self.runs}.log", "wb") as log:
+            return subprocess.Popen(
+                program, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+
 # --- The messages --------------------------------------------------------------------------------
 
 
@@ -387,6 +411,14 @@ def main() -> None:
         default="postgresql://layang_ci:layang_ci@127.0.0.1:5432/layang_ci",
         help="a role that may create databases; a throwaway database is made and dropped",
     )
+    parser.add_argument(
+        "--processes", type=int, help="layang worker --processes (default: its own)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Layang only, one process profiled in every thread (no Postfix, no curve)",
+    )
     parser.add_argument("--serve-sites", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sites:
@@ -418,7 +450,8 @@ def main() -> None:
     n = args.messages
     try:
         postfix.start()
-        layang = Layang(args.admin_url, base / "layang", 0)
+        layang = MxLayang(args.admin_url, base / "layang", 0)
+        layang.processes = args.processes
         layang.env.update(
             LAYANG_RELAY_URL="mx:",
             LAYANG_DNS_RESOLVER=resolver,
@@ -460,6 +493,9 @@ def main() -> None:
                     notes.append(f"rep {rep + 1}: {side} delivered {extra} twice")
             return timings
 
+        if args.profile:
+            profile(layang, sites, messages, base)
+            args.repeat, args.no_curve = 0, True
         for rep in range(args.repeat):
             timings = retrying(f"rep {rep + 1}", lambda rep=rep: run(rep), notes, args.admin_url)
             rows["postfix"].append(n / timings["postfix"])
@@ -518,6 +554,30 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
         else:
             print(f"Logs (Postfix's maillog, the workers') kept in {base}")
+
+
+def profile(layang: MxLayang, sites: Sites, messages: list, base: Path) -> None:
+    import pstats
+
+    layang.profile = base / "prof"
+    layang.profile.mkdir()
+    layang.fill(messages)
+    drained = layang.drain(sites, len(messages))
+    stats = sites.stats()
+    rate = len(messages) / (drained.last - drained.first)
+    print(
+        f"  profiled, one process: {len(messages)} messages in "
+        f"{drained.last - drained.started:.2f} s ({rate:.1f} msg/s after the first delivery), "
+        f"peak {max(peaks(stats))} sessions per site"
+    )
+    for path in sorted(layang.profile.glob("*.prof")):
+        table = pstats.Stats(str(path))
+        if table.total_tt < 0.5:  # type: ignore[attr-defined]
+            continue
+        print(f"\n=== thread {path.stem}: {table.total_tt:.2f} s profiled")  # type: ignore[attr-defined]
+        table.sort_stats("tottime").print_stats(25)
+    shutil.copytree(layang.profile, Path(tempfile.gettempdir()) / f"mx-profile-{os.getpid()}")
+    print(f"profiles kept in {tempfile.gettempdir()}/mx-profile-{os.getpid()}")
 
 
 def report_curve(curve: dict, args: argparse.Namespace) -> None:
