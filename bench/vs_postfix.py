@@ -77,6 +77,7 @@ TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
 SENDER = "shop@sender.example"
 SBIN = "/usr/sbin"
+SMTP_SINK_SESSIONS = 4096
 T = TypeVar("T")
 
 
@@ -346,8 +347,18 @@ class PostfixSink(Sink):
         self.port = port
         # smtp-sink drops privileges and insists on being told to whom when started as root.
         user = ["-u", "nobody"] if os.geteuid() == 0 else []
+        # -m: smtp-sink serves 256 sessions at once by default and leaves the rest unanswered
+        # in the listen queue; a worker of several processes opens more than that.
         self.process = subprocess.Popen(
-            [f"{SBIN}/smtp-sink", "-c", *user, f"127.0.0.1:{port}", "1024"],
+            [
+                f"{SBIN}/smtp-sink",
+                "-c",
+                "-m",
+                str(SMTP_SINK_SESSIONS),
+                *user,
+                f"127.0.0.1:{port}",
+                "1024",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
