@@ -134,9 +134,14 @@ class Engine:
         self._resolving: dict[str, list[Job]] = {}
         self.throttle = throttle or sites.DEFAULT
         self._site_state = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="site-state"
+            max_workers=4, thread_name_prefix="site-state"
         )
         self._last_success: dict[str, float] = {}
+        # Sites this process saw slow down or refuse connections: only they are told of
+        # successes (winning the limit back, ending a run of failures); for any other site
+        # that would be a database round trip per second for nothing.
+        self._troubled: set[str] = set()
+        self._recorded = asyncio.Event()
         self._policies: dict[str, tuple[float, TransportPolicy]] = {}
         self._next_slot_renewal = time.monotonic()
         self.helo_name = helo_name
@@ -178,6 +183,11 @@ class Engine:
                 if left <= 0:
                     return
                 self._changed.wait(left)
+
+    def recorded(self) -> None:
+        """Outcomes were recorded: sending held back by the unrecorded cap may go on."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._recorded.set)
 
     def take_queued(self) -> list[Job]:
         """Remove and return every job not started yet (to hand back to the queue)."""
@@ -312,7 +322,10 @@ class Engine:
                 if destination.paused:
                     break
                 while self.unrecorded() + self.admitted >= MAX_UNRECORDED:
-                    await asyncio.sleep(0.01)
+                    # Woken when the bookkeeper has recorded a batch (see ``recorded``).
+                    self._recorded.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._recorded.wait(), 0.1)
                 if not destination.queue:
                     break
                 job = destination.queue.popleft()
@@ -583,6 +596,8 @@ class Engine:
         if slot is None:
             view = await self._state(sites.gate, site, ceiling)
             destination.queue.appendleft(job)
+            if view is not None and view.state != "ok":
+                self._troubled.add(site)
             if view is not None and not view.open:
                 self._hold_site(destination, view.until_ms, view.reason or view.state)
             else:
@@ -612,6 +627,7 @@ class Engine:
             if slot:
                 await self._state(sites.release_slot, slot)
             reply = refused.reply
+            self._troubled.add(site)
             if is_slow_down(reply):
                 await self._state(sites.slow_down, site, reply, ceiling, throttle=self.throttle)
             elif refused.kind != "tls":  # a policy not met says nothing of the site's health
@@ -639,6 +655,7 @@ class Engine:
         assert site is not None and destination.rule is not None
         ceiling = destination.rule.connections
         if result.outcome == DEFERRED and is_slow_down(result.reply):
+            self._troubled.add(site)
             view = await self._state(
                 sites.slow_down, site, result.reply, ceiling, throttle=self.throttle
             )
@@ -646,11 +663,13 @@ class Engine:
             if view is not None and not view.open:
                 self._hold_site(destination, view.until_ms, view.reason or "slow down")
             return
-        if result.outcome == DELIVERED:
+        if result.outcome == DELIVERED and site in self._troubled:
             now = time.monotonic()
             if now - self._last_success.get(site, 0.0) >= 1.0:
                 self._last_success[site] = now
-                await self._state(sites.success, site, ceiling, throttle=self.throttle)
+                view = await self._state(sites.success, site, ceiling, throttle=self.throttle)
+                if view is not None and view.state == "ok" and view.limit in (None, ceiling):
+                    self._troubled.discard(site)
 
     def _hold_site(self, destination: Destination, until_ms: int | None, reason: str) -> None:
         """Stop sending to ``destination`` and hand its queued mail back to wait on the site

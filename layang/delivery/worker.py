@@ -137,8 +137,9 @@ class Worker:
         """Claim more when the engine has room; wait for new mail when none is due."""
         engine = self.engine
         target = self.backlog_target()
-        if engine.pending >= target:
-            engine.wait_below(target, self.config.worker_poll_seconds)
+        if engine.pending >= max(1, target // 2):
+            # Claim in larger batches: once half the backlog is sent, claim the other half.
+            engine.wait_below(max(1, target // 2), self.config.worker_poll_seconds)
             return 0.0
         if self.run_once(stop, wait=False, limit=target - engine.pending):
             return 0.0
@@ -557,6 +558,9 @@ class Bookkeeper:
         with self.lock:
             self.recording = 0
             self.lock.notify_all()
+        engine = self.worker._engine
+        if engine is not None:
+            engine.recorded()
 
     def _hold(
         self, recipients: list[ClaimedRecipient], site: str, until_ms: int | None, reason: str
