@@ -3,6 +3,9 @@ unsubscribe page."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import flask
 
 from layang.web import (
@@ -41,8 +44,18 @@ error_pages.register(web)
 
 @web.get("/favicon.ico")
 def favicon() -> flask.Response:
-    """For the pages that name no icon (the API's documentation, a JSON answer shown raw)."""
-    return web.send_static_file("favicon.svg")
+    """For the pages that name no icon (the API's documentation, a JSON answer shown raw).
+    Served from memory: browsers often drop this request half-way, which would leave a file
+    streamed from disk open until collected."""
+    response = flask.Response(_favicon(), mimetype="image/svg+xml")
+    response.cache_control.public = True
+    response.cache_control.max_age = 86400
+    return response
+
+
+@functools.cache
+def _favicon() -> bytes:
+    return (Path(web.static_folder or "") / "favicon.svg").read_bytes()
 
 
 def page_security_headers(response: flask.Response) -> flask.Response:

@@ -152,3 +152,9 @@ def test_not_found_page_in_a_browser(app, browser, live_server, api_key):
     page.wait_for_load_state()
     assert "/console/login" in page.url  # not signed in: the console asks for a key
     page.close()
+
+
+def test_the_favicon_is_served(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200 and response.mimetype == "image/svg+xml"
+    assert response.data.startswith(b"<svg")
