@@ -72,7 +72,8 @@ class CopyBuilder:
         """The copy of ``body`` for one recipient: its VERP return path and header, signed."""
         token = self.return_paths.token(recipient_id)
         account_id, from_domain = transmission.account_id, transmission.from_domain
-        data = self.signer.sign(self.return_paths.header(token) + body, account_id, from_domain)
+        header = self.return_paths.header(token)
+        data = self.signer.sign(body, account_id, from_domain, prefix=header)
         return Copy(self.return_paths.address(token, account_id, from_domain), data)
 
     def personal_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:

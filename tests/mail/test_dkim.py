@@ -358,3 +358,42 @@ def test_a_second_from_header_is_refused_not_signed(
         controller.stop()
     drain(relay_to(upstream))
     assert upstream.received == []
+
+
+def offline_verifier(public_key: str):
+    record = dkim.record_value(public_key).encode()
+    return lambda data: dkimpy.verify(data, dnsfunc=lambda name, timeout=5: record)
+
+
+def test_copies_of_one_body_each_verify_with_the_body_hash_kept():
+    pem, public = dkim.generate_key()
+    verify = offline_verifier(public)
+    signer = dkim.DkimSigner("secret")
+    key = dkim.SigningKey.from_pem("example.com", "s1", pem)
+    signer.key_for = lambda account_id, from_domain: key
+    body = b"From: a@example.com\r\nSubject: hi\r\n\r\n" + b"same body  \r\n" * 20
+    other = b"From: a@example.com\r\nSubject: hi\r\n\r\n" + b"other body\r\n"
+    copies = [
+        signer.sign(body, 1, "example.com", prefix=b"X-Layang-Id: one\r\n"),
+        signer.sign(body, 1, "example.com", prefix=b"X-Layang-Id: two\r\n"),
+        signer.sign(other, 1, "example.com", prefix=b"X-Layang-Id: three\r\n"),
+    ]
+    assert all(verify(copy) for copy in copies)
+    assert signatures(copies[0])[0][b"bh"] == signatures(copies[1])[0][b"bh"]
+    assert signatures(copies[0])[0][b"bh"] != signatures(copies[2])[0][b"bh"]
+
+
+def test_bare_line_ends_are_signed_as_the_transport_sends_them():
+    pem, public = dkim.generate_key()
+    key = dkim.SigningKey.from_pem("example.com", "s1", pem)
+    raw = b"From: a@example.com\nSubject: hi\n\nline one\nline two  \n\n"
+    signed = dkim.sign_message(raw, key)
+    relayed = re.sub(rb"\r(?!\n)|(?<!\r)\n", b"\r\n", signed)
+    assert offline_verifier(public)(relayed)
+
+
+def test_a_header_section_that_is_not_rfc5322_is_refused():
+    pem, _ = dkim.generate_key()
+    key = dkim.SigningKey.from_pem("example.com", "s1", pem)
+    with pytest.raises(dkim.DkimError):
+        dkim.sign_message(b"From: a@example.com\r\nnot a header\r\n\r\nbody\r\n", key)
