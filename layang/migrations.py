@@ -647,6 +647,28 @@ def _domain_claims(t: Dialect) -> list[str]:
     ]
 
 
+def _webhook_notifications(t: Dialect) -> list[str]:
+    # An idle dispatcher LISTENs instead of polling (SQLite has nothing to notify: it polls).
+    # One notification per statement that stored rows, whichever code path stored them.
+    if t is not POSTGRESQL:
+        return []
+    return [
+        """CREATE FUNCTION "webhook_notify"() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT 1 FROM "new_rows") THEN
+            PERFORM pg_notify('layang_webhooks', '');
+          END IF;
+          RETURN NULL;
+        END $$""",
+        *(
+            f'CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{table}" '
+            'REFERENCING NEW TABLE AS "new_rows" FOR EACH STATEMENT '
+            'EXECUTE FUNCTION "webhook_notify"()'
+            for table in ("webhook_event", "webhook_delivery")
+        ),
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -664,6 +686,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),
     Migration(17, "REQUIRETLS and TLS-Required: No on messages", _message_tls_requirement),
     Migration(18, "the overview's counts", _activity_counts),
+    Migration(20, "idle webhook dispatchers are notified of new work", _webhook_notifications),
 )
 
 

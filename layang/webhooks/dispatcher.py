@@ -31,6 +31,7 @@ from layang.models import WebhookEndpoint
 from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
+from layang.queueing.wakeup import Wakeup
 from layang.sealing import KeyUnavailable
 from layang.tls_trust import client_ssl_context
 from layang.webhooks import outbox as webhook_outbox
@@ -80,6 +81,7 @@ class Dispatcher:
         self.poll = config.worker_poll_seconds
         self.policy = RetryPolicy.scheduled(config.webhook_retry_schedule)
         self.leases = LeaseKeeper(webhook_outbox.DELIVERIES, self.owner, self.lease)
+        self.wakeup = Wakeup(config, webhook_outbox.CHANNEL, webhook_outbox.next_due_ms)
         self.resolver = Resolver(config.dns_resolvers)
         self.loop = asyncio.new_event_loop()
         self.client: httpx.AsyncClient | None = None
@@ -95,16 +97,20 @@ class Dispatcher:
         """Work until ``stop`` is set; the requests in flight finish and are recorded first."""
         log.info("webhook dispatcher started owner=%s", self.owner)
         try:
-            run_until(stop, lambda: self.pause(self.step(stop)), log=log, idle_seconds=self.poll)
+            run_until(
+                stop, lambda: self.pause(self.step(stop), stop), log=log, idle_seconds=self.poll
+            )
         finally:
             self.close()
             log.info("webhook dispatcher stopped owner=%s", self.owner)
 
-    def pause(self, busy: bool) -> float:
+    def pause(self, busy: bool, stop: threading.Event) -> float:
         """How long to wait after a round: nothing while every slot was taken; a moment to let
-        events gather into fuller requests while they trickle in; a poll when idle."""
+        events gather into fuller requests while they trickle in; when idle, until events are
+        stored or a retry is due (PostgreSQL notifies; SQLite polls)."""
         if not busy:
-            return self.poll
+            self.wakeup.wait(self.poll, stop)
+            return 0.0
         if self.formed < webhook_outbox.EVENTS_PER_DELIVERY and not self.claimed_all:
             return min(GATHER_SECONDS, self.poll)
         return 0.0
@@ -120,6 +126,7 @@ class Dispatcher:
             log.warning("could not record the last webhook attempts: %s", error_summary(error))
         finally:
             self.stop_loop()
+            self.wakeup.close()
             discard_connection()
 
     def stop_loop(self) -> None:

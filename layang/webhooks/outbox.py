@@ -206,6 +206,18 @@ CANDIDATES = 1000
 _CLAIM_LOCK = 7413
 
 
+CHANNEL = "layang_webhooks"
+"""The PostgreSQL channel a trigger notifies when webhook events or deliveries are stored."""
+
+
+def next_due_ms() -> int | None:
+    """When the next delivery falls due (epoch ms), or None if none waits."""
+    row = database.execute_sql(
+        'SELECT MIN("next_attempt_at") FROM "webhook_delivery" WHERE "next_attempt_at" IS NOT NULL'
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def has_due_deliveries() -> bool:
     """Whether a delivery is due and free (one index probe and a few rows)."""
     now = now_ms()
