@@ -12,9 +12,10 @@ before a job is handed over, recording in the bookkeeper's. Transports that are 
 (the capture directory, the simulator, a transport a test hands in) run in a thread, one
 transaction at a time per destination.
 
-Sending is bounded by recording: a transaction starts only while fewer than
-``MAX_UNRECORDED`` recipients are sent or being sent but not recorded yet, so a worker killed at
-any moment has sent at most that many copies that another worker will send again.
+Sending is bounded by recording: a message's end (the dot after its body, after which the server
+may have taken it) goes out only while fewer than ``MAX_UNRECORDED`` recipients are past that
+point and not recorded yet, so a worker killed at any moment has sent at most that many copies
+that another worker will send again. Everything before the end runs freely.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -75,6 +76,7 @@ class Job:
     mx: MxDestination | None = None  # direct to MX: the recipient domain resolved
     finished: bool = False
     stream: str = "transactional"
+    admitted: bool = False  # counted among the sent and unrecorded (see ``Engine._admit``)
 
 
 class Session(Protocol):
@@ -84,7 +86,12 @@ class Session(Protocol):
     transactions: int
     last_used: float
 
-    async def send(self, envelope: Envelope) -> list[RecipientResult]: ...
+    async def send(
+        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
+    ) -> list[RecipientResult]:
+        """One transaction; ``before_end`` is awaited just before the message's end goes out
+        (never, if the transaction ends before that)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -142,6 +149,7 @@ class Engine:
         # that would be a database round trip per second for nothing.
         self._troubled: set[str] = set()
         self._recorded = asyncio.Event()
+        self._work = asyncio.Event()
         self._policies: dict[str, tuple[float, TransportPolicy]] = {}
         self._next_slot_renewal = time.monotonic()
         self.helo_name = helo_name
@@ -152,7 +160,7 @@ class Engine:
         self.destinations: dict[str, Destination] = {}
         self.open_sessions = 0
         self.sessions: set[_Counted] = set()
-        self.admitted = 0  # jobs let through to a transaction whose outcome is not handed over
+        self.admitted = 0  # jobs past the point of no return whose outcome is not handed over
         self.pending = 0  # jobs submitted and not finished (queued or in flight)
         self._changed = threading.Condition()
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -214,6 +222,7 @@ class Engine:
             self.loop.close()
 
     def _enqueue(self, jobs: list[Job]) -> None:
+        self._work.set()
         touched = {}
         for job in jobs:
             if isinstance(job.route.transport, MxRoute):
@@ -321,16 +330,8 @@ class Engine:
                     break
                 if destination.paused:
                     break
-                while self.unrecorded() + self.admitted >= MAX_UNRECORDED:
-                    # Woken when the bookkeeper has recorded a batch (see ``recorded``).
-                    self._recorded.clear()
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._recorded.wait(), 0.1)
-                if not destination.queue:
-                    break
                 job = destination.queue.popleft()
                 destination.waiting -= 1
-                self.admitted += 1
                 try:
                     session = await self._step(destination, session, job)
                 except Exception as error:  # a bug must not leave the job unfinished
@@ -344,7 +345,9 @@ class Engine:
                             job, RecipientResult(job.recipient.address, 0, reply, DEFERRED)
                         )
                 finally:
-                    self.admitted -= 1
+                    if job.admitted:
+                        job.admitted = False
+                        self.admitted -= 1
                     destination.waiting += 1
         finally:
             destination.waiting -= 1
@@ -353,6 +356,18 @@ class Engine:
                 destination.idle.append(session)
             if destination.queue:
                 self._pump(destination)
+
+    async def _admit(self, job: Job) -> None:
+        """Wait until fewer than ``MAX_UNRECORDED`` recipients are sent (or past the point of
+        no return) and not recorded, then count ``job`` among them. Called just before the
+        message's end is written: a transaction cut off before that delivers nothing."""
+        while self.unrecorded() + self.admitted >= MAX_UNRECORDED:
+            # Woken when the bookkeeper has recorded a batch (see ``recorded``).
+            self._recorded.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._recorded.wait(), 0.1)
+        job.admitted = True
+        self.admitted += 1
 
     async def _step(
         self, destination: Destination, session: Session | None, job: Job
@@ -436,7 +451,7 @@ class Engine:
             if isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession):
                 session.inner.job = job
             try:
-                (result,) = await session.send(job.envelope)
+                (result,) = await session.send(job.envelope, lambda: self._admit(job))
             except Stale:
                 await self._close(session)
                 destination.queue.appendleft(job)
@@ -727,8 +742,12 @@ class Engine:
         return jobs
 
     async def _tick(self) -> None:
-        """Close sessions idle too long; hand back what waits behind hung transactions."""
+        """Close sessions idle too long; hand back what waits behind hung transactions. With
+        no session open and nothing to send, sleep until jobs come (an idle worker's CPU)."""
         while True:
+            if self.open_sessions == 0 and self.pending == 0:
+                self._work.clear()
+                await self._work.wait()
             await asyncio.sleep(0.5)
             try:
                 await self._tick_once()
@@ -802,8 +821,10 @@ class _Counted:
     def last_used(self) -> float:
         return self.inner.last_used
 
-    async def send(self, envelope: Envelope) -> list[RecipientResult]:
-        return await self.inner.send(envelope)
+    async def send(
+        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
+    ) -> list[RecipientResult]:
+        return await self.inner.send(envelope, before_end)
 
     async def close(self) -> None:
         await self.inner.close()
@@ -821,8 +842,11 @@ class _ThreadSession:
         self.transactions = 0
         self.last_used = time.monotonic()
 
-    async def send(self, envelope: Envelope) -> list[RecipientResult]:
+    async def send(
+        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
+    ) -> list[RecipientResult]:
         job = self.job
+        await before_end()  # the transport does it all in one call: it counts from the start
         self.transactions += 1
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(

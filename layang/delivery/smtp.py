@@ -22,7 +22,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -305,9 +305,13 @@ class SmtpSession:
 
     # -- transactions --------------------------------------------------------------------
 
-    async def send(self, envelope: Envelope) -> list[RecipientResult]:
+    async def send(
+        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]] | None = None
+    ) -> list[RecipientResult]:
         """One transaction: a result per recipient, in order. Raises :class:`Stale` when a
-        reused session turns out dead before the server answered MAIL."""
+        reused session turns out dead before the server answered MAIL. ``before_end`` is
+        awaited once the server is ready for the body, before it is written: from the body's
+        end on, the server may have the message."""
         reused = self.transactions > 0
         self.transactions += 1
         recipients = envelope.recipients
@@ -328,6 +332,8 @@ class SmtpSession:
             else:
                 accepted = await self._stepwise(mail, recipients, pending, results, reused)
             if isinstance(accepted, list) and not isinstance(accepted, _Done):
+                if before_end is not None:
+                    await before_end()
                 code, text = await self._send_body(message)
                 reply = format_reply(code, text)
                 for index in accepted:

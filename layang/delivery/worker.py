@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery.build import CopyBuilder
-from layang.delivery.engine import Engine, Job
+from layang.delivery.engine import MAX_UNRECORDED, Engine, Job
 from layang.delivery.queue import (
     RECIPIENTS,
     Attempt,
@@ -44,13 +44,14 @@ from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
 from layang.delivery.sites import Throttle
 from layang.delivery.smtp import Envelope
-from layang.delivery.wakeup import MailWakeup
+from layang.delivery.wakeup import mail_wakeup
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
 from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
+from layang.queueing.wakeup import Wakeup
 
 log = logging.getLogger("layang.worker")
 
@@ -63,9 +64,10 @@ FIRST_BATCH = 10
 # reply hands back the emails queued behind them.
 STALL_SECONDS = 10.0
 # Outcomes are recorded in one transaction once this many recipients wait, or the oldest has
-# waited this long, or the batch is done.
-FLUSH_RECIPIENTS = 50
-FLUSH_SECONDS = 0.1
+# waited this long, or the batch is done. Sending waits while MAX_UNRECORDED are unrecorded, so
+# a quarter of that keeps several batches on their way at once.
+FLUSH_RECIPIENTS = MAX_UNRECORDED // 4
+FLUSH_SECONDS = 0.02
 
 
 class Worker:
@@ -94,7 +96,7 @@ class Worker:
         self.abandoned = False
         self.seconds_per_message = BATCH_SECONDS / FIRST_BATCH
         self._engine: Engine | None = None
-        self._wakeup: MailWakeup | None = None
+        self._wakeup: Wakeup | None = None
         self._sent = 0
         self._paced_at = time.monotonic()
 
@@ -118,7 +120,7 @@ class Worker:
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; finishes the messages in flight before returning."""
         log.info("worker started owner=%s", self.owner)
-        self._wakeup = MailWakeup(self.config)
+        self._wakeup = mail_wakeup(self.config)
         try:
             run_until(
                 stop,
