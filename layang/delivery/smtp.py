@@ -17,6 +17,7 @@ session could not be set up (so the caller can try another host) and :class:`Sta
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import socket
@@ -126,8 +127,8 @@ class SmtpSession:
         self.transactions = 0
         self.last_used = time.monotonic()
         self.closed = False
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._replies: _Replies | None = None
         self._utf8 = False
 
     def __repr__(self) -> str:
@@ -147,21 +148,24 @@ class SmtpSession:
             await self._open(False)
 
     async def _open(self, starttls: bool) -> None:
+        loop = asyncio.get_running_loop()
+        replies = _Replies(self)
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
+            self._transport, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: replies,
                     self.address,
                     self.port,
                     ssl=self.context if self.implicit_tls else None,
                     server_hostname=self.server_hostname if self.implicit_tls else None,
                     local_addr=(self.source_address, 0) if self.source_address else None,
-                    limit=_MAX_LINE * 4,
                 ),
                 self.connect_timeout,
             )
         except (TimeoutError, OSError, ssl.SSLError) as error:
             raise Refused("connect", 0, self._describe(error, connecting=True)) from None
-        peer = self._writer.get_extra_info("peername")
+        self._replies = replies
+        peer = self._transport.get_extra_info("peername")
         self.peer = peer[0] if peer else self.address
         try:
             code, text = await self._reply()
@@ -237,25 +241,34 @@ class SmtpSession:
             if required:
                 raise Refused("tls", code, f"{reply} (TLS is required)")
             return False
-        assert self._writer is not None
+        assert self._transport is not None and self._replies is not None
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(
-                self._writer.start_tls(self.context, server_hostname=self.server_hostname),
+            transport = await asyncio.wait_for(
+                loop.start_tls(
+                    self._transport,
+                    self._replies,
+                    self.context or ssl.create_default_context(),
+                    server_hostname=self.server_hostname,
+                ),
                 self.timeout,
             )
-        except (TimeoutError, ssl.SSLError, OSError) as error:
+        except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as error:
             if required or not self.plaintext_fallback:
                 self.tls_error = error
                 raise Refused("tls", 0, self._describe(error)) from None
             # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
             raise _PlaintextRetry from None
+        if transport is None:
+            raise Refused("tls", 0, f"TLS with {self.where} failed: the connection closed")
+        self._transport = transport
         self._note_tls()
         await self._hello()
         return True
 
     def _note_tls(self) -> None:
-        assert self._writer is not None
-        ssl_object = self._writer.get_extra_info("ssl_object")
+        assert self._transport is not None
+        ssl_object = self._transport.get_extra_info("ssl_object")
         if ssl_object is None:
             return
         cipher = ssl_object.cipher()
@@ -270,9 +283,9 @@ class SmtpSession:
     @property
     def ssl_object(self) -> ssl.SSLObject | None:
         """The TLS state of the session, or None in plaintext."""
-        if self._writer is None:
+        if self._transport is None:
             return None
-        return self._writer.get_extra_info("ssl_object")
+        return self._transport.get_extra_info("ssl_object")
 
     async def _authenticate(self, secure: bool) -> None:
         assert self.credentials is not None
@@ -525,43 +538,35 @@ class SmtpSession:
     # -- the wire ------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        if self._writer is None or self._writer.is_closing():
+        if self._transport is None or self._transport.is_closing():
             raise _Lost(f"connection to {self.where} lost: closed")
-        self._writer.write(data)
+        self._transport.write(data)
 
     async def _command(self, line: str) -> tuple[int, str]:
         self._write(f"{line}\r\n".encode(self._encoding))
         return await self._reply()
 
     async def _reply(self) -> tuple[int, str]:
-        """One reply: its code (0 if unparseable) and its text lines joined by newlines."""
-        assert self._reader is not None
-        lines: list[str] = []
-        code = 0
-        try:
-            while True:
-                if self._writer is not None:
-                    # A server that replied and closed: its reply may still be read.
-                    with contextlib.suppress(OSError, ssl.SSLError):
-                        await self._writer.drain()
-                raw = await asyncio.wait_for(self._reader.readline(), self.timeout)
-                if not raw:
-                    raise _Lost(f"connection to {self.where} lost: Connection unexpectedly closed")
-                if not raw.endswith(b"\n"):
-                    raise _Lost(f"connection to {self.where} lost: line too long")
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        """The next reply: its code (0 if unparseable) and its text lines joined by newlines.
+        Replies that came already are taken at once; a wait has one timer, not a task."""
+        replies = self._replies
+        assert replies is not None
+        if not replies.ready:
+            if replies.failure is None:
+                waiter = asyncio.get_running_loop().create_future()
+                replies.waiter = waiter
+                timer = waiter.get_loop().call_later(self.timeout, _expire, waiter)
                 try:
-                    code = int(line[:3])
-                except ValueError:
-                    code = 0
-                lines.append(line[4:])
-                if line[3:4] != "-":
-                    break
-        except TimeoutError:
-            raise _Lost(f"timed out after {self.timeout:g}s talking to {self.where}") from None
-        except (OSError, ssl.SSLError, asyncio.IncompleteReadError, ValueError) as error:
-            raise _Lost(self._describe(error)) from None
-        return code, "\n".join(lines)
+                    await waiter
+                finally:
+                    timer.cancel()
+                    replies.waiter = None
+            if not replies.ready:
+                raise _Lost(replies.failure or self._timed_out())
+        return replies.ready.popleft()
+
+    def _timed_out(self) -> str:
+        return f"timed out after {self.timeout:g}s talking to {self.where}"
 
     # -- ending --------------------------------------------------------------------------
 
@@ -569,7 +574,7 @@ class SmtpSession:
         """QUIT and drop the connection; never raises."""
         if self.closed:
             return
-        if self._writer is not None and not self._writer.is_closing():
+        if self._transport is not None and not self._transport.is_closing():
             try:
                 self._write(b"QUIT\r\n")
                 await asyncio.wait_for(self._reply(), min(self.timeout, _QUIT_TIMEOUT))
@@ -583,11 +588,10 @@ class SmtpSession:
 
     def _abort(self) -> None:
         self.closed = True
-        writer, self._writer = self._writer, None
-        if writer is not None:
+        transport, self._transport = self._transport, None
+        if transport is not None:
             with contextlib.suppress(Exception):  # a broken transport is already gone
-                writer.transport.abort()
-                writer.close()
+                transport.abort()
 
     def _describe(self, error: BaseException, connecting: bool = False) -> str:
         if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
@@ -607,6 +611,67 @@ class SmtpSession:
 
 class _PlaintextRetry(Exception):
     pass
+
+
+class _Replies(asyncio.Protocol):
+    """The session's side of the connection: parses replies as they arrive (a reply may span
+    several lines, ``250-…``) and wakes the one waiting for them."""
+
+    def __init__(self, session: SmtpSession) -> None:
+        self.session = session
+        self.buffer = bytearray()
+        self.lines: list[str] = []
+        self.ready: collections.deque[tuple[int, str]] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.failure: str | None = None
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line = buffer[start:end].decode("utf-8", errors="replace").rstrip("\r")
+            start = end + 1
+            self.lines.append(line)
+            if line[3:4] != "-":
+                try:
+                    code = int(line[:3])
+                except ValueError:
+                    code = 0
+                self.ready.append((code, "\n".join(each[4:] for each in self.lines)))
+                self.lines = []
+        if start:
+            del buffer[:start]
+        if len(buffer) > _MAX_LINE * 4:
+            self._fail(f"connection to {self.session.where} lost: line too long")
+            if self.session._transport is not None:
+                self.session._transport.abort()
+        elif self.ready:
+            self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost follows
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if error is None:
+            reason = f"connection to {self.session.where} lost: Connection unexpectedly closed"
+        else:
+            reason = self.session._describe(error)
+        self._fail(reason)
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _Done(list):  # type: ignore[type-arg]
