@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -138,7 +139,7 @@ CONTENDER = textwrap.dedent(
     from layang.delivery import sites
     open_database(sys.argv[1])
     owner, most, reserved = sys.argv[2], 0, []
-    start = time.time() + 1.0
+    start = float(sys.argv[3])  # the same moment for every contender, whenever it got here
     while time.time() < start:
         time.sleep(0.001)
     for _ in range(40):
@@ -148,16 +149,18 @@ CONTENDER = textwrap.dedent(
             time.sleep(0.002)
             sites.release_slot(slot)
     for _ in range(15):
-        reserved.append(time.time() + sites.take_rate("rated.example", 50.0))
+        now = time.time()
+        reserved.append(now + sites.take_rate("rated.example", 50.0, now_us=int(now * 1e6)))
     print(json.dumps({"most": most, "reserved": reserved}))
     """
 )
 
 
 def test_two_processes_share_one_limit_and_one_rate(db, config):
+    start = time.time() + 5  # after every contender's start-up, even on a loaded machine
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", CONTENDER, config.database_url, f"w{i}"],
+            [sys.executable, "-c", CONTENDER, config.database_url, f"w{i}", str(start)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
