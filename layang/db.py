@@ -12,7 +12,7 @@ import select
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -486,7 +486,19 @@ class Statement:
         return self.sql.replace("?", param)
 
 
-Batch = InsertBatch | Statement
+@dataclass(frozen=True, slots=True)
+class RowStream:
+    """Rows inserted one statement each, each made only when it is inserted: for values too
+    large to hold together or to send in one statement (a large message's payload, chunk by
+    chunk). ``rows`` is called afresh each time the batch runs: a group commit may run a batch
+    a second time."""
+
+    model: type[peewee.Model]
+    fields: tuple[str, ...]
+    rows: Callable[[], Iterable[Sequence[object]]]
+
+
+Batch = InsertBatch | Statement | RowStream
 
 
 def insert_atomically(batches: Sequence[Batch]) -> None:
@@ -494,15 +506,18 @@ def insert_atomically(batches: Sequence[Batch]) -> None:
 
     On PostgreSQL, outside a transaction, the statements go to the server as one message,
     which it runs as one implicit transaction: one round trip instead of BEGIN, each INSERT
-    and COMMIT (it halved the intake path's time there). On SQLite, outside a transaction,
-    they join the group commit of concurrent callers in this process (see ``GroupCommit``).
-    Inside a transaction already open, they run one by one in a nested write transaction.
-    A :class:`Statement` runs in its place among the batches.
+    and COMMIT (it halved the intake path's time there); with a :class:`RowStream` among them
+    they run one by one in a transaction instead, as psycopg2 would otherwise build the whole
+    message, every value escaped, in memory. On SQLite, outside a transaction, they join the
+    group commit of concurrent callers in this process (see ``GroupCommit``). Inside a
+    transaction already open, they run one by one in a nested write transaction. A
+    :class:`Statement` runs in its place among the batches.
     """
-    batches = [batch for batch in batches if isinstance(batch, Statement) or batch[2]]
+    batches = [batch for batch in batches if isinstance(batch, Statement | RowStream) or batch[2]]
     db = database.obj
     if not db.in_transaction():
-        if isinstance(db, peewee.PostgresqlDatabase):
+        streamed = any(isinstance(batch, RowStream) for batch in batches)
+        if isinstance(db, peewee.PostgresqlDatabase) and not streamed:
             statements, params = [], []
             for batch in batches:
                 if isinstance(batch, Statement):
@@ -526,6 +541,9 @@ def insert_batches(batches: Sequence[Batch]) -> None:
     for batch in batches:
         if isinstance(batch, Statement):
             database.execute_sql(batch.bound(database.obj.param), list(batch.params))
+        elif isinstance(batch, RowStream):
+            for row in batch.rows():
+                insert_rows(batch.model, batch.fields, (row,))
         else:
             insert_rows(*batch)
 
@@ -582,6 +600,8 @@ class GroupCommit:
         if leading:
             try:
                 self._commit(group)
+                if any(isinstance(b, RowStream) for member in group for b in member.batches):
+                    self._shrink_cache()
             finally:
                 with self._changed:
                     for member in group:
@@ -591,6 +611,13 @@ class GroupCommit:
         if entry.error is not None:
             error, entry.error = entry.error, None
             raise error
+
+    def _shrink_cache(self) -> None:
+        # The pages of a large message filled this connection's cache, where they would stay
+        # (up to cache_size for each thread's connection) though this process never reads
+        # them again: let them go.
+        with contextlib.suppress(peewee.DatabaseError):
+            self._db.execute_sql("PRAGMA shrink_memory")
 
     def _commit(self, group: list[_Pending]) -> None:
         try:
