@@ -559,6 +559,10 @@ class _Pending:
         self.error: BaseException | None = peewee.OperationalError("the group commit broke off")
 
 
+LARGE_WRITE_CACHE_KIB = 1024
+"""The page cache of a connection writing a large message (see ``GroupCommit``)."""
+
+
 class GroupCommit:
     """Concurrent inserts of one process share one SQLite transaction, hence one fsync.
 
@@ -598,10 +602,10 @@ class GroupCommit:
                 self._committing = True
                 group, self._queue = self._queue, []
         if leading:
+            large = any(isinstance(b, RowStream) for member in group for b in member.batches)
             try:
-                self._commit(group)
-                if any(isinstance(b, RowStream) for member in group for b in member.batches):
-                    self._shrink_cache()
+                with self._small_cache() if large else contextlib.nullcontext():
+                    self._commit(group)
             finally:
                 with self._changed:
                     for member in group:
@@ -612,12 +616,22 @@ class GroupCommit:
             error, entry.error = entry.error, None
             raise error
 
-    def _shrink_cache(self) -> None:
-        # The pages of a large message filled this connection's cache, where they would stay
-        # (up to cache_size for each thread's connection) though this process never reads
-        # them again: let them go.
+    @contextmanager
+    def _small_cache(self) -> Iterator[None]:
+        # A large message's pages would fill this connection's page cache (cache_size): as
+        # much memory again as a message up to that size, kept afterwards in each thread's
+        # connection though this process never reads those pages again. While one is written
+        # the cache is kept small (SQLite writes the pages past it to the WAL early), and it is
+        # emptied afterwards. A failing statement here is the commit's to report.
         with contextlib.suppress(peewee.DatabaseError):
-            self._db.execute_sql("PRAGMA shrink_memory")
+            self._db.execute_sql(f"PRAGMA cache_size = {-LARGE_WRITE_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(peewee.DatabaseError):
+                self._db.execute_sql("PRAGMA shrink_memory")
+            with contextlib.suppress(peewee.DatabaseError):
+                self._db.execute_sql(f"PRAGMA cache_size = {SQLITE_PRAGMAS['cache_size']}")
 
     def _commit(self, group: list[_Pending]) -> None:
         try:
