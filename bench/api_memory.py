@@ -3,9 +3,11 @@ each (JSON with one Base64 attachment) at once to ``layang serve`` with one work
 
 Prints the worker's resident memory before, its peak (the kernel's high-water mark, VmHWM)
 and after, the answers (200, 503 …) and how long the sends took. ``--code DIR`` runs the
-server from another checkout of Layang, for a before/after.
+server from another checkout of Layang, for a before/after; ``--database-url`` stores the
+sends there (a PostgreSQL database, say) rather than in a new SQLite file.
 
-    python bench/api_memory.py [--code DIR] [--parallel 16] [--mib 24] [--threads 8]
+    python bench/api_memory.py [--code DIR] [--database-url URL] [--parallel 16] [--mib 24]
+        [--threads 8]
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=16)
     parser.add_argument("--mib", type=int, default=24)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--database-url", help="default: a new SQLite file")
     args = parser.parse_args()
 
     payload = body(args.mib)
@@ -104,10 +107,13 @@ def main() -> None:
             LAYANG_LOG_LEVEL="WARNING",
             PYTHONPATH=str(args.code.resolve()),
         )
+        if args.database_url:
+            env["LAYANG_DATABASE_URL"] = args.database_url
         layang = [sys.executable, "-m", "layang"]
         run = {"cwd": args.code, "env": env, "capture_output": True, "check": True}
-        subprocess.run([*layang, "accounts", "create", "bench", "--live"], **run)
-        key = json.loads(subprocess.run([*layang, "keys", "create", "bench"], **run).stdout)["key"]
+        account = f"bench-{os.urandom(4).hex()}"  # a database given may have served before
+        subprocess.run([*layang, "accounts", "create", account, "--live"], **run)
+        key = json.loads(subprocess.run([*layang, "keys", "create", account], **run).stdout)["key"]
         server = subprocess.Popen(
             [*layang, "serve"],
             cwd=args.code,

@@ -12,7 +12,7 @@ import select
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -486,7 +486,19 @@ class Statement:
         return self.sql.replace("?", param)
 
 
-Batch = InsertBatch | Statement
+@dataclass(frozen=True, slots=True)
+class RowStream:
+    """Rows inserted one statement each, each made only when it is inserted: for values too
+    large to hold together or to send in one statement (a large message's payload, chunk by
+    chunk). ``rows`` is called afresh each time the batch runs: a group commit may run a batch
+    a second time."""
+
+    model: type[peewee.Model]
+    fields: tuple[str, ...]
+    rows: Callable[[], Iterable[Sequence[object]]]
+
+
+Batch = InsertBatch | Statement | RowStream
 
 
 def insert_atomically(batches: Sequence[Batch]) -> None:
@@ -494,15 +506,18 @@ def insert_atomically(batches: Sequence[Batch]) -> None:
 
     On PostgreSQL, outside a transaction, the statements go to the server as one message,
     which it runs as one implicit transaction: one round trip instead of BEGIN, each INSERT
-    and COMMIT (it halved the intake path's time there). On SQLite, outside a transaction,
-    they join the group commit of concurrent callers in this process (see ``GroupCommit``).
-    Inside a transaction already open, they run one by one in a nested write transaction.
-    A :class:`Statement` runs in its place among the batches.
+    and COMMIT (it halved the intake path's time there); with a :class:`RowStream` among them
+    they run one by one in a transaction instead, as psycopg2 would otherwise build the whole
+    message, every value escaped, in memory. On SQLite, outside a transaction, they join the
+    group commit of concurrent callers in this process (see ``GroupCommit``). Inside a
+    transaction already open, they run one by one in a nested write transaction. A
+    :class:`Statement` runs in its place among the batches.
     """
-    batches = [batch for batch in batches if isinstance(batch, Statement) or batch[2]]
+    batches = [batch for batch in batches if isinstance(batch, Statement | RowStream) or batch[2]]
     db = database.obj
     if not db.in_transaction():
-        if isinstance(db, peewee.PostgresqlDatabase):
+        streamed = any(isinstance(batch, RowStream) for batch in batches)
+        if isinstance(db, peewee.PostgresqlDatabase) and not streamed:
             statements, params = [], []
             for batch in batches:
                 if isinstance(batch, Statement):
@@ -526,6 +541,9 @@ def insert_batches(batches: Sequence[Batch]) -> None:
     for batch in batches:
         if isinstance(batch, Statement):
             database.execute_sql(batch.bound(database.obj.param), list(batch.params))
+        elif isinstance(batch, RowStream):
+            for row in batch.rows():
+                insert_rows(batch.model, batch.fields, (row,))
         else:
             insert_rows(*batch)
 
@@ -539,6 +557,10 @@ class _Pending:
         # Until the commit succeeds: should the leader be interrupted (a worker timeout
         # raising SystemExit), its followers must not take silence for success.
         self.error: BaseException | None = peewee.OperationalError("the group commit broke off")
+
+
+LARGE_WRITE_CACHE_KIB = 1024
+"""The page cache of a connection writing a large message (see ``GroupCommit``)."""
 
 
 class GroupCommit:
@@ -580,8 +602,10 @@ class GroupCommit:
                 self._committing = True
                 group, self._queue = self._queue, []
         if leading:
+            large = any(isinstance(b, RowStream) for member in group for b in member.batches)
             try:
-                self._commit(group)
+                with self._small_cache() if large else contextlib.nullcontext():
+                    self._commit(group)
             finally:
                 with self._changed:
                     for member in group:
@@ -591,6 +615,23 @@ class GroupCommit:
         if entry.error is not None:
             error, entry.error = entry.error, None
             raise error
+
+    @contextmanager
+    def _small_cache(self) -> Iterator[None]:
+        # A large message's pages would fill this connection's page cache (cache_size): as
+        # much memory again as a message up to that size, kept afterwards in each thread's
+        # connection though this process never reads those pages again. While one is written
+        # the cache is kept small (SQLite writes the pages past it to the WAL early), and it is
+        # emptied afterwards. A failing statement here is the commit's to report.
+        with contextlib.suppress(peewee.DatabaseError):
+            self._db.execute_sql(f"PRAGMA cache_size = {-LARGE_WRITE_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(peewee.DatabaseError):
+                self._db.execute_sql("PRAGMA shrink_memory")
+            with contextlib.suppress(peewee.DatabaseError):
+                self._db.execute_sql(f"PRAGMA cache_size = {SQLITE_PRAGMAS['cache_size']}")
 
     def _commit(self, group: list[_Pending]) -> None:
         try:

@@ -669,6 +669,17 @@ def _webhook_notifications(t: Dialect) -> list[str]:
     ]
 
 
+def _payload_chunks(t: Dialect) -> list[str]:
+    return [
+        """CREATE TABLE "payload_chunk" (
+            "transmission_id" VARCHAR(26) NOT NULL,
+            "seq" INTEGER NOT NULL,
+            "text" TEXT NOT NULL,
+            PRIMARY KEY ("transmission_id", "seq"),
+            FOREIGN KEY ("transmission_id") REFERENCES "transmission" ("id") ON DELETE CASCADE)""",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -686,6 +697,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "transport security: MTA-STS cache, TLS-RPT results", _transport_security),
     Migration(17, "REQUIRETLS and TLS-Required: No on messages", _message_tls_requirement),
     Migration(18, "the overview's counts", _activity_counts),
+    Migration(19, "large messages' payloads stored in chunks", _payload_chunks),
     Migration(20, "idle webhook dispatchers are notified of new work", _webhook_notifications),
 )
 

@@ -74,8 +74,9 @@ class ApiKey(BaseModel):
 
 class Transmission(BaseModel):
     """One accepted message, as submitted. ``payload`` holds the validated request (API) from
-    which the MIME message is built once; ``raw`` holds the finished MIME bytes (SMTP
-    submissions arrive finished, API ones are filled in by the first delivery attempt)."""
+    which the MIME message is built once, or is null when the request was large and is stored
+    in ``PayloadChunk`` rows instead; ``raw`` holds the finished MIME bytes (SMTP submissions
+    arrive finished, API ones are filled in by the first delivery attempt)."""
 
     id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
     account = peewee.ForeignKeyField(Account, backref="transmissions", on_delete="CASCADE")
@@ -142,8 +143,21 @@ class Event(BaseModel):
     detail = peewee.TextField(default="{}")
 
 
+class PayloadChunk(BaseModel):
+    """A piece of a large message's stored payload (``Transmission.payload``): the pieces'
+    ``text`` in ``seq`` order is the payload. Stored in pieces so that no process ever holds
+    the payload's text whole while storing it (see ``layang.mail.outbox``)."""
+
+    transmission = peewee.ForeignKeyField(Transmission, on_delete="CASCADE", index=False)
+    seq = peewee.IntegerField()
+    text = peewee.TextField()
+
+    class Meta:
+        primary_key = peewee.CompositeKey("transmission", "seq")
+
+
 # The tables themselves are made by layang.migrations, whose result must match these models.
-MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event]
+MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event, PayloadChunk]
 
 
 UNVERIFIED = "unverified"

@@ -3,15 +3,20 @@ committed, a failing insert fails only its own caller, and nothing is ever half-
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import threading
 import time
+from dataclasses import replace
 
 import peewee
 import pytest
 
 from layang.db import database, new_id
-from layang.mail.outbox import Submission, enqueue
-from layang.models import Recipient, Transmission
+from layang.mail.message import Attachment, Mailbox, OutgoingMessage
+from layang.mail.outbox import PAYLOAD_CHUNK_CHARS, Submission, enqueue
+from layang.models import PayloadChunk, Recipient, Transmission
 
 
 def submission(transmission_id=None, subject="s", recipients=2):
@@ -82,6 +87,29 @@ def test_a_bad_insert_fails_only_its_own_caller(app, account):
     assert outcomes[:3] + outcomes[4:] == [None] * 7
     assert stored_subjects() == sorted(["first", *(f"m{n}" for n in range(8) if n != 3)])
     assert Recipient.select().where(Recipient.transmission == taken).count() == 2
+
+
+def test_a_large_message_in_a_failed_group_is_stored_whole_when_tried_alone(app, account):
+    """Its chunks are made again for the second try, and stored once."""
+    taken = new_id()
+    enqueue(account, submission(taken, subject="first"))
+    content = base64.b64encode(os.urandom(PAYLOAD_CHUNK_CHARS * 2)).decode()
+    message = OutgoingMessage(
+        Mailbox("shop@sender.test"),
+        "large",
+        to=(Mailbox("r0@rcpt.test"),),
+        text="See the attachment.",
+        attachments=(Attachment("data.bin", content),),
+    )
+    large = replace(submission(subject="large", recipients=1), raw=None, message=message)
+    submissions = [submission(subject="m0"), large, submission(taken, subject="duplicate")]
+    outcomes = enqueue_together(account, submissions)
+    assert outcomes[:2] == [None, None]
+    assert isinstance(outcomes[2], peewee.IntegrityError)
+    assert stored_subjects() == ["first", "large", "m0"]
+    chunks = PayloadChunk.select().where(PayloadChunk.transmission == large.transmission_id)
+    text = "".join(chunk.text for chunk in chunks.order_by(PayloadChunk.seq))
+    assert OutgoingMessage.from_payload(json.loads(text)) == message
 
 
 def test_a_failing_database_fails_every_caller_of_the_group_and_stores_nothing(app, account):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar, NoReturn
 
 import flask
@@ -14,6 +13,7 @@ from webargs import core as webargs_core
 from webargs.flaskparser import FlaskParser
 
 from layang.api import access, idempotency
+from layang.api.body import json_source
 from layang.api.docs import register_docs
 from layang.api.errors import (
     MalformedJson,
@@ -34,31 +34,6 @@ def service_config() -> Config:
     return flask.current_app.config["LAYANG"]
 
 
-LARGE_BODY_BYTES = 1024 * 1024
-
-
-def _read_body(stream: Any, length: int) -> bytearray:
-    """The ``length`` bytes of a request body, read into one buffer a MiB at a time."""
-    buffer = bytearray(length)
-    with memoryview(buffer) as view:
-        received = 0
-        while received < length:
-            count = stream.readinto(view[received : received + LARGE_BODY_BYTES])
-            if not count:
-                break
-            received += count
-    del buffer[received:]
-    return buffer
-
-
-def _decoded(data: bytes | bytearray) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        # What webargs raises for it too: answered 400 malformed_json.
-        raise json.JSONDecodeError(f"Bytes decoding error: {error.reason}", "", 0) from None
-
-
 class RequestParser(FlaskParser):
     """webargs parser that speaks the contract: 400 ``validation_failed`` naming the field,
     400 ``malformed_json``, and 415 for a body that is not JSON."""
@@ -74,20 +49,7 @@ class RequestParser(FlaskParser):
             if req.content_length or req.mimetype:
                 raise UnsupportedMediaType("The request body must be application/json.")
             raise ValidationFailed("The request body is empty; send a JSON object.")
-        length = req.content_length or 0
-        if length > LARGE_BODY_BYTES and getattr(req, "_cached_data", None) is None:
-            # A large body is read once into one buffer and let go as soon as it is text, so
-            # that the request holds its body about twice at most (the text, then what is
-            # parsed from it), and only once while it is stored.
-            source: bytes | str = _decoded(_read_body(req.stream, length))
-            req._cached_data = b""
-        else:
-            source = req.get_data(cache=True)
-            limit = req.max_content_length
-            if limit is not None and len(source) >= limit:
-                # A body sent in chunks stops at the limit without an error: reading on raises
-                # the 413 that a declared Content-Length gets at once.
-                req.stream.read(1)
+        source = json_source(req)
         try:
             return webargs_core.parse_json(source)
         except RecursionError:

@@ -16,6 +16,7 @@ from typing import Any
 import flask
 from flask import current_app, g, request
 
+from layang.api.body import body_bytes
 from layang.db import write_transaction
 from layang.domain import idempotency
 from layang.domain.idempotency import Claim, Replay
@@ -36,7 +37,7 @@ def claim_or_replay() -> flask.Response | None:
         return None
     idempotency.check_key(key)
     path = request.path + (f"?{request.query_string.decode()}" if request.query_string else "")
-    fingerprint = idempotency.fingerprint(request.method, path, request.get_data(cache=True))
+    fingerprint = idempotency.fingerprint(request.method, path, body_bytes(request))
     secret_key = current_app.config["LAYANG"].secret_key
     outcome = idempotency.begin(g.account, key, fingerprint, secret_key)
     if isinstance(outcome, Replay):

@@ -105,7 +105,8 @@ def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[C
 
 
 def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
-    """The transmissions ``ids``, by id."""
+    """The transmissions ``ids``, by id; a large message's payload put together from its
+    chunks (see ``layang.mail.outbox.StoredPayload``) unless its bytes are kept already."""
     if not ids:
         return {}
     marks = ", ".join([database.obj.param] * len(ids))
@@ -115,10 +116,35 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )
+    rows = cursor.fetchall()
+    chunked = _chunked_payloads([row[0] for row in rows if row[3] is None and row[4] is None])
     return {
-        row[0]: QueuedTransmission(*row[:4], None if row[4] is None else bytes(row[4]), *row[5:])
-        for row in cursor.fetchall()
+        row[0]: QueuedTransmission(
+            row[0],
+            row[1],
+            row[2],
+            chunked.get(row[0]) if row[3] is None else row[3],
+            None if row[4] is None else bytes(row[4]),
+            *row[5:],
+        )
+        for row in rows
     }
+
+
+def _chunked_payloads(ids: Sequence[str]) -> dict[str, str]:
+    """The payloads stored in chunks of those of ``ids`` that have any, by transmission id."""
+    if not ids:
+        return {}
+    marks = ", ".join([database.obj.param] * len(ids))
+    cursor = database.execute_sql(
+        'SELECT "transmission_id", "text" FROM "payload_chunk" '
+        f'WHERE "transmission_id" IN ({marks}) ORDER BY "transmission_id", "seq"',
+        list(ids),
+    )
+    chunks: dict[str, list[str]] = {}
+    for transmission_id, text in cursor:
+        chunks.setdefault(transmission_id, []).append(text)
+    return {tid: "".join(chunks.pop(tid)) for tid in list(chunks)}
 
 
 @dataclass(frozen=True)

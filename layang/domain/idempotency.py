@@ -63,7 +63,7 @@ def check_key(key: str) -> str:
     return key
 
 
-def fingerprint(*parts: bytes | str) -> str:
+def fingerprint(*parts: bytes | bytearray | str) -> str:
     """What identifies a request's content (method, path and body; or an SMTP envelope and
     message): a repeat must match it exactly."""
     digest = hashlib.sha256()

@@ -330,7 +330,8 @@ class OutgoingMessage:
 
     def content_size(self) -> int:
         """Bytes of bodies and decoded attachments: what ``LAYANG_MAX_MESSAGE_BYTES`` limits."""
-        size = sum(len(part.encode()) for part in (self.text, self.html) if part is not None)
+        # An ASCII string's length is its UTF-8 size: no need to encode a large body to know.
+        size = sum(_utf8_size(part) for part in (self.text, self.html) if part is not None)
         return size + sum(attachment.size for attachment in self.attachments)
 
     def with_html(self, html: str) -> OutgoingMessage:
@@ -401,6 +402,10 @@ PAYLOAD_VERSION = 2
 with ``content_id`` and ``disposition`` after them when either is set. Version 1 (no ``"v"``):
 the API's camelCase request as the first releases stored it; still read, so mail queued before
 an upgrade is delivered."""
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _attachment_out(attachment: Attachment) -> list[str | None]:

@@ -4,18 +4,23 @@ recipient, in one durable transaction. Every way in (API, SMTP, the consent emai
 
 A recipient row is due while ``next_attempt_at`` is set and has passed (see
 ``layang.queueing.leases``).
+
+A large message's stored form is written in chunks (``StoredPayload``): its whole JSON text,
+and the database driver's copy of it, would each cost another copy of the request body.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from layang.clock import now_ms
-from layang.db import Batch, database, insert_atomically, is_postgresql, new_id
+from layang.db import Batch, RowStream, database, insert_atomically, is_postgresql, new_id
 from layang.mail.events import event_batches, injection_batches
 from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
@@ -25,6 +30,7 @@ from layang.models import (
     SUPPRESSED,
     TRANSACTIONAL,
     Account,
+    PayloadChunk,
     Recipient,
     Transmission,
 )
@@ -64,6 +70,85 @@ RECIPIENT_FIELDS = (
     "domain",
     "priority",
 )
+
+
+PAYLOAD_CHUNK_CHARS = 256 * 1024
+"""A message whose content is larger than this has its payload stored in ``PayloadChunk`` rows
+of about this many characters. Small enough that the database driver's copies of one chunk (a
+few times its size with psycopg2, which escapes it into the statement's text) stay far below
+the body of a request that large."""
+
+PAYLOAD_CHUNK_FIELDS = ("transmission", "seq", "text")
+
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+class StoredPayload:
+    """The stored form of ``message`` (``OutgoingMessage.to_payload`` as compact JSON): the text
+    itself (``inline``, for the ``payload`` column), or, for a large message, the rows of its
+    ``PayloadChunk`` table made one at a time (``chunk_rows``), so that the text is never
+    whole in memory beside the message it is made from."""
+
+    def __init__(self, message: OutgoingMessage) -> None:
+        payload = message.to_payload()
+        self.inline: str | None = None
+        self._chunked: dict[str, Any] | None = None
+        if message.content_size() > PAYLOAD_CHUNK_CHARS:
+            self._chunked = payload
+        else:
+            self.inline = json.dumps(payload, separators=(",", ":"))
+
+    def chunk_rows(self, transmission_id: str) -> Iterator[tuple[str, int, str]]:
+        """(transmission id, seq, text) of each chunk, in order; none for an inline payload."""
+        if self._chunked is None:
+            return
+        pieces = json_pieces(self._chunked, PAYLOAD_CHUNK_CHARS)
+        for seq, text in enumerate(_joined(pieces, PAYLOAD_CHUNK_CHARS)):
+            yield transmission_id, seq, text
+
+
+def json_pieces(value: Any, size: int) -> Iterator[str]:
+    """``value`` (JSON data, objects' keys strings) as ``json.dumps(value, separators=(",",
+    ":"))`` writes it, in pieces: a string longer than ``size`` characters comes escaped in
+    slices of ``size``, so that its JSON text is never made whole. Escaping works character by
+    character, so the slices' escapes joined are the whole string's."""
+    if isinstance(value, str) and len(value) > size:
+        yield '"'
+        for start in range(0, len(value), size):
+            yield encode_basestring_ascii(value[start : start + size])[1:-1]
+        yield '"'
+    elif isinstance(value, dict):
+        separator = "{"
+        for key, item in value.items():
+            yield f"{separator}{_JSON.encode(key)}:"
+            yield from json_pieces(item, size)
+            separator = ","
+        yield "}" if separator == "," else "{}"
+    elif isinstance(value, list | tuple):
+        separator = "["
+        for item in value:
+            yield separator
+            yield from json_pieces(item, size)
+            separator = ","
+        yield "]" if separator == "," else "[]"
+    else:
+        yield _JSON.encode(value)
+
+
+def _joined(pieces: Iterable[str], size: int) -> Iterator[str]:
+    """``pieces`` joined into texts of at least ``size`` characters (the last one shorter)."""
+    held: list[str] = []
+    length = 0
+    for piece in pieces:
+        held.append(piece)
+        length += len(piece)
+        if length >= size:
+            text = "".join(held)
+            held.clear()
+            length = 0
+            yield text
+    if held:
+        yield "".join(held)
 
 
 @dataclass(frozen=True)
@@ -113,8 +198,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     others' Injection events go to webhooks."""
     created = submission.created_at
     recipient_ids = [new_id() for _ in submission.recipients]
-    message = submission.message
-    payload = None if message is None else json.dumps(message.to_payload(), separators=(",", ":"))
+    stored = None if submission.message is None else StoredPayload(submission.message)
     transmission_row = (
         submission.transmission_id,
         account.id,
@@ -125,7 +209,7 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         submission.subject,
         submission.message_id,
         json.dumps(submission.metadata),
-        payload,
+        None if stored is None else stored.inline,
         submission.raw,
         submission.tls_requirement,
         submission.stream,
@@ -146,9 +230,14 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
             recipient_rows.append((*row, created, created, 0, None, domain, priority))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
+    chunks = []
+    if stored is not None and stored.inline is None:
+        rows = functools.partial(stored.chunk_rows, submission.transmission_id)
+        chunks.append(RowStream(PayloadChunk, PAYLOAD_CHUNK_FIELDS, rows))
     insert_atomically(
         [
             (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
+            *chunks,
             (Recipient, RECIPIENT_FIELDS, recipient_rows),
             *event_batches(suppressed_events),
             *injection_batches(account.id, injected, created),

@@ -1,7 +1,8 @@
 """A per-process budget for the memory large request bodies take.
 
-A send costs about three times its body at its peak, while it is stored (what was parsed
-from it, the stored form, and the database driver's copy of that). Requests whose body is over
+A send costs about twice its body at its peak: its bytes and their text while it is read,
+its text and what is parsed from it while it is parsed; it is stored in chunks, beside only what
+was parsed (``layang.mail.outbox.StoredPayload``). Requests whose body is over
 ``LARGE_BODY_BYTES`` are admitted only while their cost fits in ``LAYANG_HTTP_BODY_BUDGET_MB``
 with the others in flight; a request waits up to ``WAIT_SECONDS`` for room, then gets 503 with
 ``Retry-After``. Smaller requests are never held. One request larger than the whole budget is
@@ -27,9 +28,12 @@ MIB = 1024 * 1024
 LARGE_BODY_BYTES = 1 * MIB
 WAIT_SECONDS = 10.0
 RETRY_AFTER_SECONDS = 5
-COST_PER_BODY_BYTE = 3
-"""Measured (bench/api_memory.py): a send peaks at about three times its body while it is
-stored (what was parsed from it, the stored form, the database driver's copy)."""
+COST_PER_BODY_BYTE = 2
+"""Measured on ``layang serve`` (tests/test_body_budget.py, bench/api_memory.py): a send of a
+24 MiB body peaks at 2.0 to 2.1 times its body over the process's resident memory before it,
+on SQLite and PostgreSQL alike. What is over twice the body is the request's own working
+memory, about 2 MiB whatever the body's size, which a process that has just given its memory
+back (``_trim_heaps``) takes again."""
 
 
 class BodyBudget:
@@ -69,11 +73,16 @@ class BodyBudget:
             return True
 
     def give_back(self, cost: int) -> None:
+        """Give back ``cost``; when nothing holds any of the budget any more, the memory the
+        large requests freed goes back to the system (``malloc_trim``)."""
         if not cost:
             return
         with self._room:
             self.in_use -= cost
+            idle = self.in_use == 0
             self._room.notify_all()
+        if idle:
+            _trim_heaps()
 
 
 _budgets: dict[int, BodyBudget] = {}
@@ -151,7 +160,8 @@ def return_large_blocks_to_the_os() -> None:
     """Have glibc's malloc serve every block of 1 MiB or more by its own mapping, returned to
     the system when freed. By default the threshold grows with the blocks freed (up to 32 MiB),
     after which request-sized buffers are carved from the heap and a process keeps its peak
-    for good. No-op where the C library is not glibc."""
+    for good. Smaller blocks are returned when the body budget is next idle (``give_back``).
+    No-op where the C library is not glibc."""
     name = ctypes.util.find_library("c")
     if name is None:
         return
@@ -162,3 +172,16 @@ def return_large_blocks_to_the_os() -> None:
         return
     mallopt(_M_MMAP_THRESHOLD, LARGE_BODY_BYTES)
     mallopt(_M_TRIM_THRESHOLD, 4 * LARGE_BODY_BYTES)
+    global _malloc_trim
+    _malloc_trim = getattr(libc, "malloc_trim", None)
+
+
+_malloc_trim: Callable[[int], int] | None = None
+
+
+def _trim_heaps() -> None:
+    # What a large request left free in the blocks under 1 MiB (its pieces, the database's
+    # pages) stays in each request thread's malloc arena, tens of MiB in all after a few
+    # large sends at once; the next large request re-grows what it needs (2 MiB or so).
+    if _malloc_trim is not None:
+        _malloc_trim(0)

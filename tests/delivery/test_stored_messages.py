@@ -1,12 +1,15 @@
 """What the outbox stores: the typed message round-trips, mail queued by an earlier release in
-the first stored format is still delivered, and a message that cannot be built bounces at once."""
+the first stored format is still delivered, a large message is stored in chunks, whole or not
+at all, and delivered intact, and a message that cannot be built bounces at once."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 
+import peewee
 import pytest
 
 from layang.clock import now_ms
@@ -18,7 +21,8 @@ from layang.mail.message import (
     Mailbox,
     OutgoingMessage,
 )
-from layang.models import Event, Recipient, Transmission
+from layang.mail.outbox import PAYLOAD_CHUNK_CHARS, PAYLOAD_CHUNK_FIELDS, queue_message
+from layang.models import Event, PayloadChunk, Recipient, Transmission
 from tests.conftest import BACKENDS, drain
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
@@ -158,3 +162,53 @@ def test_a_message_that_cannot_be_built_bounces_at_once(account, upstream, relay
         assert event.status == "Bounce"
         assert detail["reply"].startswith("message could not be built: ")
         assert reason in detail["reply"]
+
+
+def test_a_large_message_is_stored_in_chunks_and_delivered_intact(client, auth, upstream, relay_to):
+    data = os.urandom(PAYLOAD_CHUNK_CHARS * 3)
+    html = "<p>" + 'Grüße, 日本, 😀 "quoted" \\ ' * 20_000 + "</p>"
+    response = client.post(
+        "/v1/layang/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "shop@sender.test"},
+            "to": [{"email": "ana@rcpt.test"}],
+            "subject": "Large",
+            "bodyHtml": html,
+            "attachments": [{"filename": "data.bin", "value": base64.b64encode(data).decode()}],
+        },
+    )
+    assert response.status_code == 200, response.get_json()
+    tid = response.get_json()["transmissionId"]
+    assert Transmission.get_by_id(tid).payload is None
+    assert PayloadChunk.select().where(PayloadChunk.transmission == tid).count() > 3
+
+    drain(relay_to(upstream))
+    (received,) = upstream.received
+    assert received.message.get_body(("html",)).get_content().rstrip("\r\n") == html
+    (attachment,) = received.message.iter_attachments()
+    assert attachment.get_payload(decode=True) == data
+    assert Recipient.get(Recipient.transmission == tid).status == "Delivery"
+
+
+def test_a_large_message_is_stored_whole_or_not_at_all(account):
+    """A failure after its chunks are written (here: the last rows of its transaction) leaves
+    neither the message nor any of its chunks."""
+    content = base64.b64encode(os.urandom(PAYLOAD_CHUNK_CHARS * 2)).decode()
+    message = OutgoingMessage(
+        Mailbox("shop@sender.test"),
+        "Large",
+        to=(Mailbox("ana@rcpt.test"),),
+        text="See the attachment.",
+        attachments=(Attachment("data.bin", content),),
+    )
+    tid = new_id()
+    clashing = (PayloadChunk, PAYLOAD_CHUNK_FIELDS, [(tid, 0, "taken")])
+    with pytest.raises(peewee.IntegrityError):
+        queue_message(account, message, {}, transmission_id=tid, also=[clashing])
+    assert Transmission.select().count() == 0
+    assert PayloadChunk.select().count() == 0
+    assert Recipient.select().count() == 0
+
+    queue_message(account, message, {}, transmission_id=tid)
+    assert PayloadChunk.select().where(PayloadChunk.transmission == tid).count() > 1
