@@ -215,21 +215,24 @@ def _unsubscribe(config: Config) -> Rule:
     # SMTP alike, so what is left to check is the link: RFC 8058 asks for an HTTPS URI.
     title = "Broadcast mail carries one-click unsubscribe (RFC 8058)"
     link = f"{config.public_url}{UNSUBSCRIBE_PATH}…"
-    added = (
-        f"Layang adds List-Unsubscribe (<{link}> and a mailto:) and List-Unsubscribe-Post: "
-        f"{ONE_CLICK} to each copy of broadcast mail, sent through the API or over SMTP, in "
-        "place of any the sender gave, signed with DKIM when the domain's key is active"
-    )
     if urlsplit(config.public_url).scheme.lower() != "https":
         return Rule(
             "unsubscribe",
             title,
             FAIL,
-            f"{added}; but the link is not https, and mailbox providers offer one-click "
-            "unsubscribe only for an https link.",
+            f"The unsubscribe link in broadcast mail is {link}: mailbox providers offer "
+            "one-click unsubscribe only for an https link.",
             "Serve Layang's links over https and set LAYANG_PUBLIC_URL to that address.",
         )
-    return Rule("unsubscribe", title, OK_STATUS, f"{added}.", "")
+    return Rule(
+        "unsubscribe",
+        title,
+        OK_STATUS,
+        f"Each copy of broadcast mail, sent through the API or over SMTP, gets "
+        f"List-Unsubscribe (<{link}> and a mailto:) and List-Unsubscribe-Post: {ONE_CLICK}, "
+        "signed with DKIM when the domain's key is active.",
+        "",
+    )
 
 
 def _percent(rate: float) -> str:
