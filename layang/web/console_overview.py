@@ -27,7 +27,8 @@ def overview_page(account: Account) -> Any:
     period = overview.PERIODS[key]
     activity = overview.activity(account, period, stream=stream)
     # Headings and chart titles name the stream, so a chart read on its own says what it shows.
-    of = f", {period.label}" + (f", {stream} mail" if stream else "")
+    narrowed = f", {stream} mail" if stream else ""
+    of = f", {period.label}{narrowed}"
     return render_template(
         "console/overview.html",
         period=period,
@@ -35,6 +36,7 @@ def overview_page(account: Account) -> Any:
         stream=stream,
         streams=STREAMS,
         of=of,
+        narrowed=narrowed,
         activity=activity,
         activity_chart=charts.line_chart(activity.chart, f"Activity{of}"),
         bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}"),
