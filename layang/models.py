@@ -662,10 +662,11 @@ MODELS.extend([DmarcReport, DmarcRecord])
 
 
 class ActivityCount(BaseModel):
-    """How many events of one ``kind`` an account's mail from one sending ``domain`` had in one
-    ``hour`` (epoch ms at its start): the overview's figures. Written only by the database's
-    triggers as recipients and events are stored (migration 18), never by the code; ``kind``
-    is an event status, with a Bounce's class after a colon (``Bounce:hard``)."""
+    """How many events of one ``kind`` an account's mail of one ``stream`` from one sending
+    ``domain`` had in one ``hour`` (epoch ms at its start): the overview's figures. Written only
+    by the database's triggers as recipients and events are stored (migrations 18 and 19),
+    never by the code; ``kind`` is an event status, with a Bounce's class after a colon
+    (``Bounce:hard``)."""
 
     id = peewee.AutoField()
     account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
@@ -673,9 +674,12 @@ class ActivityCount(BaseModel):
     domain = peewee.CharField(max_length=253)
     kind = peewee.CharField(max_length=32)
     count = peewee.BigIntegerField()
+    stream = peewee.CharField(
+        max_length=16, default=TRANSACTIONAL, constraints=[peewee.SQL("DEFAULT 'transactional'")]
+    )
 
     class Meta:
-        indexes = ((("account", "hour", "domain", "kind"), True),)
+        indexes = ((("account", "hour", "domain", "stream", "kind"), True),)
 
 
 MODELS.append(ActivityCount)

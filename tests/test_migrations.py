@@ -223,7 +223,8 @@ def test_serve_upgrades_once_in_the_master_not_in_each_worker(empty_database, tm
 
 
 def test_the_overviews_counts_start_from_the_mail_already_stored(empty_database):
-    """Migration 18 counts what was there before it, once; the triggers count what follows."""
+    """Migration 18 counts what was there before it, once (and 21 again, by stream); the
+    triggers count what follows."""
     from layang.domain import overview
     from layang.mail.events import append_events
     from layang.models import Event, Recipient, Transmission
@@ -260,3 +261,92 @@ def test_the_overviews_counts_start_from_the_mail_already_stored(empty_database)
     assert shown == (2, 1, 1, 1)
     assert {s.key: s.total for s in day.bounces.series}["block"] == 1
     assert [d.domain for d in day.domains] == ["shop.test"]
+
+
+def counts() -> tuple[tuple[str, ...], dict[tuple, int]]:
+    """The overview's counts: the names of their key columns, and each key's count."""
+    cursor = database.execute_sql('SELECT * FROM "activity_count"')
+    names = [column[0] for column in cursor.description]
+    key = tuple(n for n in names if n not in ("id", "account_id", "count"))
+    rows = {
+        tuple(row[names.index(n)] for n in key): row[names.index("count")]
+        for row in cursor.fetchall()
+    }
+    return key, rows
+
+
+def test_the_overviews_counts_gain_the_stream_and_keep_what_was_counted(empty_database):
+    """Migration 21 makes the counts again by stream, as the triggers counted them: mail that
+    a worker suppressed after it was stored stays sent, mail suppressed on arrival never was.
+    The triggers count by stream from then on."""
+    from layang.mail.events import append_events
+    from layang.mail.outbox import Submission, enqueue
+    from layang.mail.suppression import suppressed_event_detail
+    from layang.models import Recipient
+
+    open_database(empty_database())
+    upgrade([m for m in MIGRATIONS if m.version < 21])
+    hour = 3_600_000
+    now = hour * 500_000 + 60_000
+    acme = Account.create(name="acme", mode="live", created_at=now)
+
+    def store(number: int, stream: str, sender: str, *to: str, suppressed=()) -> list[str]:
+        tid = f"{number:026d}"
+        enqueue(acme, Submission(
+            transmission_id=tid, created_at=now, source="api", mail_from=sender,
+            from_header=json.dumps({"email": sender}), subject="Hi", message_id=f"<{tid}@x>",
+            metadata={}, recipients=[(a, "to") for a in to], raw=b"Subject: Hi\r\n\r\nHi",
+            suppressed={a: "unsubscribe" for a in suppressed}, stream=stream,
+        ))  # fmt: skip
+        ids = {r.address: r.id for r in Recipient.select().where(Recipient.transmission == tid)}
+        return [ids[a] for a in to]
+
+    news = store(1, "broadcast", "news@Shop.test", "a@x.test", "b@x.test", "gone@x.test",
+                 "late@x.test", suppressed=["gone@x.test"])  # fmt: skip
+    reset = store(2, "transactional", "id@shop.test", "c@x.test", "late@x.test")
+    later = now + 2 * hour
+    with database.atomic():
+        # What a worker does when an address went on the list while its mail waited.
+        Recipient.update(status="Suppressed", updated_at=later, next_attempt_at=None).where(
+            Recipient.id.in_([news[3], reset[1]])
+        ).execute()
+        append_events([
+            (news[3], "Suppressed", later, suppressed_event_detail("unsubscribe")),
+            (reset[1], "Suppressed", later, suppressed_event_detail("manual")),
+            (news[0], "Delivery", later, "{}"),
+            (news[1], "Bounce", later, '{"bounceClass": "hard"}'),
+            (news[0], "Open", later + 1, "{}"),
+            (reset[0], "Delivery", later, "{}"),
+            (reset[0], "Complaint", later + 1, "{}"),
+        ])  # fmt: skip
+    key, before = counts()
+    assert key == ("hour", "domain", "kind")
+
+    assert upgrade() == [21]
+    key, after = counts()
+    assert key == ("hour", "domain", "kind", "stream")
+    stored, settled = now // hour * hour, later // hour * hour
+    assert after == {
+        (stored, "shop.test", "Injection", "broadcast"): 3,  # not gone@, suppressed on arrival
+        (stored, "shop.test", "Suppressed", "broadcast"): 1,
+        (stored, "shop.test", "Injection", "transactional"): 2,
+        (settled, "shop.test", "Suppressed", "broadcast"): 1,
+        (settled, "shop.test", "Delivery", "broadcast"): 1,
+        (settled, "shop.test", "Bounce:hard", "broadcast"): 1,
+        (settled, "shop.test", "Open", "broadcast"): 1,
+        (settled, "shop.test", "Suppressed", "transactional"): 1,
+        (settled, "shop.test", "Delivery", "transactional"): 1,
+        (settled, "shop.test", "Complaint", "transactional"): 1,
+    }
+    summed: dict[tuple, int] = {}
+    for (at, domain, kind, _), count in after.items():
+        summed[at, domain, kind] = summed.get((at, domain, kind), 0) + count
+    assert summed == before
+
+    store(3, "broadcast", "news@shop.test", "d@x.test")
+    with database.atomic():
+        append_events([(news[0], "Click", later + 2, "{}"), (reset[0], "Open", later + 2, "{}")])
+    _, counted = counts()
+    assert counted[stored, "shop.test", "Injection", "broadcast"] == 4
+    assert counted[settled, "shop.test", "Click", "broadcast"] == 1
+    assert counted[settled, "shop.test", "Open", "transactional"] == 1

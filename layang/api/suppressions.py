@@ -35,8 +35,8 @@ blp = Blueprint(
 )
 
 REASONS_DESCRIPTION = (
-    "hard_bounce, complaint, unsubscribe (stops only mail sent with transactional: false) "
-    "or manual."
+    "hard_bounce, complaint, unsubscribe (stops only broadcast mail: stream broadcast or "
+    "transactional: false in the API, X-Layang-Stream: broadcast over SMTP) or manual."
 )
 
 
@@ -73,8 +73,8 @@ class SuppressionInSchema(CompatSchema):
         load_default=MANUAL,
         validate=validate.OneOf((MANUAL, UNSUBSCRIBED)),
         metadata={
-            "description": "manual (the default: no mail at all), or unsubscribe (no mail sent "
-            "with transactional: false), e.g. to bring over opt-outs kept elsewhere."
+            "description": "manual (the default: no mail at all), or unsubscribe (no "
+            "broadcast mail), e.g. to bring over opt-outs kept elsewhere."
         },
     )
     note = fields.String(validate=validate.Length(max=MAX_NOTE))

@@ -69,7 +69,10 @@ class CopyBuilder:
         return compose_message(message, transmission.message_id)
 
     def copy(self, transmission: QueuedTransmission, body: bytes, recipient_id: str) -> Copy:
-        """The copy of ``body`` for one recipient: its VERP return path and header, signed."""
+        """The copy of ``body`` for one recipient: its VERP return path and header, for
+        broadcast mail submitted over SMTP its one-click unsubscribe headers, signed."""
+        if transmission.payload is None and not transmission.is_transactional:
+            body = self.unsubscribe_tokens.add_to(body, recipient_id)
         token = self.return_paths.token(recipient_id)
         account_id, from_domain = transmission.account_id, transmission.from_domain
         header = self.return_paths.header(token)

@@ -1,11 +1,12 @@
 """The overview: what an account's mail did over the last 24 hours, 7 days or 30 days, by kind
-of event, by sending domain, against the mailbox providers' thresholds; what waits in the
-queue; and what needs the account's attention.
+of event, by stream, by sending domain, against the mailbox providers' thresholds; what waits
+in the queue; and what needs the account's attention. Everything but the streams' own totals
+can be narrowed to one stream.
 
 The figures count events (contract 16): an email that got a ``Delivery`` counts as delivered
 even when a ``Complaint`` followed. They come from ``activity_count``, which the database keeps
-as events are stored (migration 18), so each chart is one aggregate query over a few hundred
-rows, however many records the account has.
+as events are stored (migrations 18 and 19), so each chart is one aggregate query over a few
+hundred rows, however many records the account has.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from layang.models import (
     DELIVERY,
     INJECTION,
     OPEN,
+    STREAM_PRIORITY,
+    STREAMS,
     VERIFIED,
     Account,
     ActivityCount,
@@ -139,16 +142,17 @@ def _rates(totals: dict[str, int]) -> tuple[Rate, ...]:
     )
 
 
-@dataclass(frozen=True)
-class DomainFigures:
-    domain: str
-    sent: int
-    delivered: int
-    deferred: int
-    bounced: int
-    complained: int
-    opened: int
-    clicked: int
+@dataclass(frozen=True, kw_only=True)
+class Totals:
+    """What a part of the period's mail (a sending domain's, a stream's) did, in all."""
+
+    sent: int = 0
+    delivered: int = 0
+    deferred: int = 0
+    bounced: int = 0
+    complained: int = 0
+    opened: int = 0
+    clicked: int = 0
 
     @property
     def rates(self) -> tuple[Rate, ...]:
@@ -162,14 +166,27 @@ class DomainFigures:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class DomainFigures(Totals):
+    domain: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamFigures(Totals):
+    stream: str
+
+
 @dataclass(frozen=True)
 class Activity:
     """The period's events over time, its bounces by class, its totals per sending domain
-    (busiest first), and the rates of its totals."""
+    (busiest first), and the rates of its totals: of one ``stream`` when it is set, else of
+    all. ``streams`` holds every stream's totals (in ``STREAMS`` order) either way."""
 
     chart: Chart
     bounces: Chart
     domains: tuple[DomainFigures, ...]
+    streams: tuple[StreamFigures, ...]
+    stream: str | None = None
 
     @property
     def rates(self) -> tuple[Rate, ...]:
@@ -181,31 +198,43 @@ def _first_point(period: Period, now: int) -> int:
     return (now // period.step_ms + 1) * period.step_ms - period.span_ms
 
 
-def activity(account: Account, period: Period, now: int | None = None) -> Activity:
-    """The account's events in ``period`` (ending now), by point, sending domain and kind: one
-    query, read into every chart and table of the period."""
+def activity(
+    account: Account, period: Period, now: int | None = None, stream: str | None = None
+) -> Activity:
+    """The account's events in ``period`` (ending now), by point, sending domain, stream and
+    kind: one query, read into every chart and table of the period, of ``stream`` alone when
+    it is one of ``STREAMS``. Raises ``ValueError`` for another stream."""
+    if stream is not None and stream not in STREAMS:
+        raise ValueError(f"{stream!r} is not a stream")
     now = now_ms() if now is None else now
     start = _first_point(period, now)
     points = period.span_ms // period.step_ms
     bucket = (ActivityCount.hour - start) / period.step_ms
+    columns = (bucket, ActivityCount.domain, ActivityCount.stream, ActivityCount.kind)
     rows = (
-        ActivityCount.select(
-            bucket, ActivityCount.domain, ActivityCount.kind, fn.SUM(ActivityCount.count)
-        )
+        ActivityCount.select(*columns, fn.SUM(ActivityCount.count))
         .where((ActivityCount.account == account.id) & (ActivityCount.hour >= start))
-        .group_by(bucket, ActivityCount.domain, ActivityCount.kind)
+        .group_by(*columns)
         .tuples()
     )
     counts: dict[str, list[int]] = {}
     kinds_of = {kind: key for key, _, kinds in ACTIVITY_SERIES for kind in kinds}
     per_domain: dict[str, dict[str, int]] = {}
-    for point, domain, kind, count in rows:
-        if not 0 <= int(point) < points:
+    per_stream: dict[str, dict[str, int]] = {name: {} for name in STREAMS}
+    for point, domain, row_stream, kind, count in rows:
+        point, count = int(point), int(count)
+        if not 0 <= point < points:
             continue
-        counts.setdefault(kind, [0] * points)[int(point)] += int(count)
-        if kind in kinds_of:
+        key = kinds_of.get(kind)
+        if key is not None:
+            figures = per_stream.setdefault(row_stream, {})
+            figures[key] = figures.get(key, 0) + count
+        if stream is not None and row_stream != stream:
+            continue
+        counts.setdefault(kind, [0] * points)[point] += count
+        if key is not None:
             figures = per_domain.setdefault(domain, {})
-            figures[kinds_of[kind]] = figures.get(kinds_of[kind], 0) + int(count)
+            figures[key] = figures.get(key, 0) + count
 
     def series(spec: tuple[tuple[str, str, tuple[str, ...]], ...]) -> tuple[Series, ...]:
         made = []
@@ -217,15 +246,14 @@ def activity(account: Account, period: Period, now: int | None = None) -> Activi
             made.append(Series(key, label, tuple(values)))
         return tuple(made)
 
-    domains = [
-        DomainFigures(domain, **{key: figures.get(key, 0) for key, _, _ in ACTIVITY_SERIES})
-        for domain, figures in per_domain.items()
-    ]
+    domains = [DomainFigures(domain=domain, **figures) for domain, figures in per_domain.items()]
     starts = tuple(start + i * period.step_ms for i in range(points))
     return Activity(
         chart=Chart(period, starts, series(ACTIVITY_SERIES)),
         bounces=Chart(period, starts, series(BOUNCE_SERIES)),
         domains=tuple(sorted(domains, key=lambda f: (-f.sent, f.domain))),
+        streams=tuple(StreamFigures(stream=name, **per_stream[name]) for name in STREAMS),
+        stream=stream,
     )
 
 
@@ -260,19 +288,25 @@ _QUEUE_INDEX = 'INDEXED BY "recipient_next_attempt_at"'
 WAITING_SHOWN = 20
 
 
-def waiting_by_destination(account: Account, limit: int = WAITING_SHOWN) -> tuple[Waiting, ...]:
-    """The account's queued mail by recipient domain, most waiting first: one query over the
-    recipients still due an attempt."""
+def waiting_by_destination(
+    account: Account, limit: int = WAITING_SHOWN, stream: str | None = None
+) -> tuple[Waiting, ...]:
+    """The account's queued mail (of ``stream`` alone when given) by recipient domain, most
+    waiting first: one query over the recipients still due an attempt."""
     destination = _address_domain()
     param = database.obj.param
     index = "" if is_postgresql() else _QUEUE_INDEX
+    of_stream, params = "", [DELAY, account.id]
+    if stream is not None:
+        of_stream = f'AND "priority" = {param} '
+        params.append(STREAM_PRIORITY[stream])
     cursor = database.execute_sql(
         f"SELECT {destination} AS destination, count(*), "  # noqa: S608 - no values
         f'sum(CASE WHEN "status" = {param} THEN 1 ELSE 0 END), '
         f'min("created_at"), min("next_attempt_at") FROM "recipient" {index} '
-        f'WHERE "next_attempt_at" IS NOT NULL AND "account_id" = {param} '
+        f'WHERE "next_attempt_at" IS NOT NULL AND "account_id" = {param} {of_stream}'
         f"GROUP BY destination ORDER BY count(*) DESC, destination LIMIT {int(limit)}",
-        (DELAY, account.id),
+        params,
     )
     rows = cursor.fetchall()
     # Direct to MX: a domain whose site is throttled or suspended says so (one small query

@@ -1,15 +1,17 @@
-"""Preparing a message submitted over SMTP: what the service adds, removes and records."""
+"""Preparing a message submitted over SMTP: what the service adds, removes and records, once
+when it is accepted and, for what names the recipient, in each recipient's copy."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
 from email.parser import BytesHeaderParser
 from email.utils import format_datetime, getaddresses
 
-from layang.mail.message import domain_of
+from layang.mail.message import Header, domain_of
 
 _FIELD_START = re.compile(rb"^[!-9;-~]+:")
 
@@ -128,3 +130,23 @@ def _authorship_problem(from_fields: int, sender: object) -> str | None:
 def _unfolded_value(field: list[bytes]) -> str:
     value = b"".join(field).split(b":", 1)[1].strip()
     return value.decode("ascii", "replace")
+
+
+# RFC 5322's recommended line length, past which an added field is folded.
+_FOLD_AT = 78
+
+
+def with_fields(raw: bytes, replaced: Collection[str], fields: Sequence[Header]) -> bytes:
+    """``raw`` (a submitted message as stored) without its header fields named in ``replaced``
+    (lower-case), continuation lines and all, and with ``fields`` at the end of its header;
+    every other byte as it was. A value is ASCII; one longer than a line is folded after each
+    comma of its list, as composing folds it. Raises ``UnicodeEncodeError`` for a value that
+    is not ASCII."""
+    lines, rest = _split(raw)
+    kept = [line for field in _fields(lines) if _name(field) not in replaced for line in field]
+    for field in fields:
+        line = f"{field.name}: {field.value}"
+        if len(line) > _FOLD_AT:
+            line = line.replace(", ", ",\r\n ")
+        kept.append(line.encode("ascii"))
+    return b"\r\n".join(kept) + rest

@@ -1,5 +1,6 @@
 """One-click unsubscribe (RFC 8058): the signed per-recipient token, and the headers that carry
-it in mail sent with ``transactional: false``.
+it in broadcast mail (``transactional: false`` or ``stream: broadcast`` over the API, an
+``X-Layang-Stream: broadcast`` header over SMTP).
 
 A token is the recipient record's id and a truncated HMAC of it: short enough for the local
 part of the ``mailto:`` address (at most 64 characters), lower-case only (mail systems may fold
@@ -15,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from layang.mail.message import Header
+from layang.mail.submitted import with_fields
 
 UNSUBSCRIBE_PATH = "/u/"
 ONE_CLICK = "List-Unsubscribe=One-Click"
@@ -64,3 +66,8 @@ class UnsubscribeTokens:
             Header("List-Unsubscribe", f"<{self.url(recipient_id)}>, <{mailto}>"),
             Header("List-Unsubscribe-Post", ONE_CLICK),
         )
+
+    def add_to(self, raw: bytes, recipient_id: str) -> bytes:
+        """``raw``, a message submitted over SMTP, as one recipient's copy: its ``headers`` in
+        place of any List-Unsubscribe fields the sender gave, as a composed message has them."""
+        return with_fields(raw, HEADER_NAMES, self.headers(recipient_id))

@@ -1,4 +1,5 @@
-"""The console's landing page: the overview of the account's mail (contract 16)."""
+"""The console's landing page: the overview of the account's mail (contract 16), of all of it
+or of one stream (contract 17)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import flask
 from flask import current_app, flash, render_template, request
 
 from layang.domain import overview
-from layang.models import Account
+from layang.models import STREAMS, Account
 from layang.web import charts
 from layang.web.console import signed_in
 
@@ -19,17 +20,28 @@ def overview_page(account: Account) -> Any:
     if key not in overview.PERIODS:
         flash(f"period: {key!r} is not one of {', '.join(overview.PERIODS)}.", "error")
         key = overview.DEFAULT_PERIOD
+    stream = request.args.get("stream") or None
+    if stream is not None and stream not in STREAMS:
+        flash(f"stream: {stream!r} is not one of {', '.join(STREAMS)}.", "error")
+        stream = None
     period = overview.PERIODS[key]
-    activity = overview.activity(account, period)
+    activity = overview.activity(account, period, stream=stream)
+    # Headings and chart titles name the stream, so a chart read on its own says what it shows.
+    narrowed = f", {stream} mail" if stream else ""
+    of = f", {period.label}{narrowed}"
     return render_template(
         "console/overview.html",
         period=period,
         periods=overview.PERIODS.values(),
+        stream=stream,
+        streams=STREAMS,
+        of=of,
+        narrowed=narrowed,
         activity=activity,
-        activity_chart=charts.line_chart(activity.chart, f"Activity, {period.label}"),
-        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class, {period.label}"),
+        activity_chart=charts.line_chart(activity.chart, f"Activity{of}"),
+        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}"),
         domains=activity.domains,
-        waiting=overview.waiting_by_destination(account),
+        waiting=overview.waiting_by_destination(account, stream=stream),
         notices=overview.needs_attention(account, current_app.config["LAYANG"]),
         gauge=charts.rate_gauge,
         percent=charts.percent,

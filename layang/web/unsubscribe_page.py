@@ -1,4 +1,4 @@
-"""``/u/<token>``: one-click unsubscribe (RFC 8058) from mail sent with ``transactional: false``.
+"""``/u/<token>``: one-click unsubscribe (RFC 8058) from broadcast mail, whichever way it came in.
 
 Mailbox providers POST to the URL of the ``List-Unsubscribe`` header, with no cookie and no
 form of ours, so the signed token is the whole credential and the POST needs nothing else. A

@@ -31,6 +31,7 @@ def config(config, dns_zone):
         inbound_host="mx.layang.test",
         relay_url="smtp://relay.example.net:25",
         source_pools=(("transactional", ("192.0.2.10",)), ("broadcast", ("192.0.2.11",))),
+        public_url="https://layang.example.net",
     )
 
 
@@ -100,19 +101,6 @@ def _break_ptr(zone, **_):
     zone.add_address("mta2.example.net", "198.51.100.7")
 
 
-def _break_unsubscribe(account, config, **_):
-    # A broadcast message submitted over SMTP without List-Unsubscribe-Post.
-    raw = (
-        f"From: news@{DOMAIN}\r\nTo: success@{SIM}\r\nSubject: Sale\r\n"
-        "X-Layang-Stream: broadcast\r\n\r\nBuy.\r\n"
-    ).encode()
-    tid, now = new_id(), int(time.time() * 1000)
-    submitted = SubmittedMessage(
-        tid, now, f"news@{DOMAIN}", (f"success@{SIM}",), prepare_submission(raw, tid, now, "")
-    )
-    accept_transmission(account, submitted, config)
-
-
 def _break_complaint_rate(client, auth, upstream, relay_to, **_):
     send(client, auth, [f"complaint+{n}@{SIM}" for n in range(2)])
     drain(relay_to(upstream))
@@ -130,7 +118,6 @@ def _break_complaint_rate(client, auth, upstream, relay_to, **_):
             "192.0.2.11 → mta2.example.net, which resolves to 198.51.100.7",
             "Give 192.0.2.11 a PTR record",
         ),
-        ("unsubscribe", _break_unsubscribe, "1 broadcast message(s)", "List-Unsubscribe-Post"),
         ("complaint_rate", _break_complaint_rate, "16.67 % over 24 h (2 complaints", "Send only"),
     ],
 )
@@ -169,6 +156,37 @@ def test_the_tls_rule_follows_the_relay(account, config, published, relay_url, s
     checked = check_compliance(account, DOMAIN, replace(config, relay_url=relay_url))
     tls = next(rule for rule in checked.rules if rule.id == "tls")
     assert (tls.status, found in tls.found) == (status, True)
+
+
+def test_broadcast_mail_submitted_over_smtp_without_unsubscribe_headers_passes(
+    client, auth, account, config, published
+):
+    """Layang adds the headers to each copy of it (tests/submission/test_unsubscribe.py)."""
+    raw = (
+        f"From: news@{DOMAIN}\r\nTo: success@{SIM}\r\nSubject: Sale\r\n"
+        "X-Layang-Stream: broadcast\r\n\r\nBuy.\r\n"
+    ).encode()
+    tid, now = new_id(), int(time.time() * 1000)
+    submitted = SubmittedMessage(
+        tid, now, f"news@{DOMAIN}", (f"success@{SIM}",), prepare_submission(raw, tid, now, "")
+    )
+    accept_transmission(account, submitted, config)
+    unsubscribe = rules(client, auth)["unsubscribe"]
+    assert unsubscribe["status"] == "ok"
+    found = unsubscribe["found"]
+    assert "Each copy of broadcast mail, sent through the API or over SMTP" in found
+    assert "<https://layang.example.net/u/…> and a mailto:" in found
+
+
+def test_the_unsubscribe_rule_fails_for_a_link_that_is_not_https(account, config, published):
+    checked = check_compliance(account, DOMAIN, replace(config, public_url="http://127.0.0.1"))
+    unsubscribe = next(rule for rule in checked.rules if rule.id == "unsubscribe")
+    assert unsubscribe.status == "fail"
+    assert unsubscribe.found == (
+        "The unsubscribe link in broadcast mail is http://127.0.0.1/u/…: mailbox providers "
+        "offer one-click unsubscribe only for an https link."
+    )
+    assert "LAYANG_PUBLIC_URL" in unsubscribe.fix
 
 
 def test_an_unknown_domain_is_a_404_and_no_sources_is_unknown(client, auth, account, config):
