@@ -83,15 +83,30 @@ def _counter_sql(postgresql: bool, rows: int, *, per_domain: bool) -> str:
         rid, sent, hard, complaints = (f"v.column{n}" for n in range(1, 5))
         bucket = "?"
     domain = 't."from_domain"' if per_domain else "''"
-    join = 'JOIN "transmission" AS t ON t."id" = r."transmission_id" ' if per_domain else ""
     group = 'r."account_id", t."from_domain"' if per_domain else 'r."account_id"'
+    if postgresql:
+        # Each row looked up by its key (OFFSET 0 keeps PostgreSQL from turning the lookup into
+        # a join over every record kept).
+        records = (
+            f'{values} CROSS JOIN LATERAL (SELECT "account_id", "transmission_id" '  # noqa: S608
+            f'FROM "recipient" WHERE "id" = {rid} OFFSET 0) AS r '
+        )
+        if per_domain:
+            records += (
+                'CROSS JOIN LATERAL (SELECT "from_domain" FROM "transmission" '
+                'WHERE "id" = r."transmission_id" OFFSET 0) AS t '
+            )
+    else:
+        records = f'{values} JOIN "recipient" AS r ON r."id" = {rid} '
+        if per_domain:
+            records += 'JOIN "transmission" AS t ON t."id" = r."transmission_id" '
     # "WHERE true" keeps SQLite from reading ON CONFLICT as a join's ON. Only placeholders and
     # column names go into the text.
     return (
         'INSERT INTO "breaker_count" ("bucket", "account_id", "domain", "sent", '  # noqa: S608
         '"hard_bounces", "complaints") '
         f'SELECT {bucket}, r."account_id", {domain}, SUM({sent}), SUM({hard}), SUM({complaints}) '
-        f'FROM {values} JOIN "recipient" AS r ON r."id" = {rid} {join}WHERE true '
+        f"FROM {records}WHERE true "
         f"GROUP BY {group} "
         'ON CONFLICT ("account_id", "domain", "bucket") DO UPDATE SET '
         '"sent" = "breaker_count"."sent" + excluded."sent", '

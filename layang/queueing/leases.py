@@ -89,12 +89,18 @@ class LeasedTable:
 
 @functools.cache
 def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
-    lock = " FOR UPDATE SKIP LOCKED" if postgresql else ""
     eligible = f" AND {queue.eligible}" if queue.eligible else ""
     columns = ", ".join(f'"{column}"' for column in queue.returning)
+    chosen = (
+        f'SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
+        f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
+        f"ORDER BY {queue.order} LIMIT ?"
+    )
+    # PostgreSQL planned "id IN (subquery)" as a hash join over a scan of the whole table
+    # (every record ever kept, not only the queue); "= ANY(ARRAY(subquery))" looks the chosen
+    # rows up by key, whatever the table's size.
+    which = f"= ANY(ARRAY({chosen} FOR UPDATE SKIP LOCKED))" if postgresql else f"IN ({chosen})"
     return (
         f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
-        f'WHERE "id" IN (SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
-        f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
-        f"ORDER BY {queue.order} LIMIT ?{lock}) RETURNING {columns}"
+        f'WHERE "id" {which} RETURNING {columns}'
     )
