@@ -36,6 +36,11 @@ TEMPORARY = "temporary"
 NEGATIVE_TTL = 60
 FAILURE_TTL = 5
 MAX_CACHED = 100_000
+# A query unanswered this long is sent again (UDP may be lost), within the look-up's lifetime.
+TRY_SECONDS = 2.0
+# Queries in flight at once from one process: a burst of new domains (a campaign's first
+# batch) is spread out rather than flooding the resolver, which would drop some.
+MAX_QUERIES = 32
 
 
 @dataclass(frozen=True)
@@ -114,9 +119,14 @@ class MxResolver:
                 for host, port in parse_resolvers(nameserver, "LAYANG_DNS_RESOLVER")
             ]
         self.resolver.lifetime = timeout
-        self.resolver.timeout = timeout
+        self.resolver.timeout = min(TRY_SECONDS, timeout)
         self.resolver.cache = None  # cached here, per domain, with the site
         self._cache: dict[str, _Cached] = {}
+        # An MX host's addresses, asked once for every domain it serves (a site's hosts serve
+        # many), and looked up once while several domains wait for them.
+        self._addresses_of: dict[str, tuple[float, tuple[tuple[str, ...], int, None]]] = {}
+        self._asking: dict[str, asyncio.Future[tuple[tuple[str, ...], int, str | None]]] = {}
+        self._queries: asyncio.Semaphore | None = None
         self._learned: dict[str, tuple[str, int]] = {}
         self._random = random.Random()
 
@@ -209,7 +219,37 @@ class MxResolver:
 
     async def _addresses(self, name: str) -> tuple[tuple[str, ...], int, str | None]:
         """The IPv4 then IPv6 addresses of ``name``, the smallest TTL, and why a look-up
-        failed for now (None: the answers are what they are, perhaps none)."""
+        failed for now (None: the answers are what they are, perhaps none). Answers found are
+        kept for their TTL; a look-up in progress is shared."""
+        now = time.monotonic()
+        kept = self._addresses_of.get(name)
+        if kept is not None and kept[0] > now:
+            return kept[1]
+        asking = self._asking.get(name)
+        if asking is not None:
+            return await asyncio.shield(asking)
+        asking = asyncio.get_running_loop().create_future()
+        self._asking[name] = asking
+        try:
+            found = await self._look_up_addresses(name)
+        except Exception as error:
+            asking.set_exception(error)
+            asking.exception()  # retrieved: the waiters (if any) get it too
+            raise
+        except BaseException:
+            asking.cancel()
+            raise
+        finally:
+            del self._asking[name]
+        asking.set_result(found)
+        addresses, ttl, problem = found
+        if problem is None:
+            if len(self._addresses_of) >= MAX_CACHED:
+                self._addresses_of.clear()
+            self._addresses_of[name] = (now + ttl, (addresses, ttl, None))
+        return found
+
+    async def _look_up_addresses(self, name: str) -> tuple[tuple[str, ...], int, str | None]:
         results = await asyncio.gather(
             self._query(name, "A"), self._query(name, "AAAA"), return_exceptions=True
         )
@@ -230,8 +270,13 @@ class MxResolver:
         return tuple(addresses), ttl, None if addresses else problem
 
     async def _query(self, name: str, rdtype: str) -> dns.resolver.Answer | None:
+        if self._queries is None:
+            self._queries = asyncio.Semaphore(MAX_QUERIES)
         try:
-            return await self.resolver.resolve(name, rdtype, raise_on_no_answer=False, search=False)
+            async with self._queries:
+                return await self.resolver.resolve(
+                    name, rdtype, raise_on_no_answer=False, search=False
+                )
         except dns.resolver.NXDOMAIN:
             raise
         except dns.resolver.NoNameservers:
