@@ -882,6 +882,14 @@ def _counts_by_key_lookups(t: Dialect) -> list[str]:
     ]
 
 
+def _site_demand(t: Dialect) -> list[str]:
+    # A process refused a site's slot marks it wanted, so the holders give back idle ones.
+    return [
+        f'ALTER TABLE "site_state" ADD COLUMN "wanted_at" {t.bigint}',
+        'ALTER TABLE "site_state" ADD COLUMN "wanted_by" VARCHAR(64)',
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "sandbox authorized recipients", _authorized_recipients),
@@ -903,6 +911,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(20, "idle webhook dispatchers are notified of new work", _webhook_notifications),
     Migration(21, "the overview's counts by stream", _activity_counts_by_stream),
     Migration(22, "the overview's counts look records up by key", _counts_by_key_lookups),
+    Migration(23, "a site's slots are wanted by a waiting process", _site_demand),
 )
 
 

@@ -479,6 +479,8 @@ class SiteState(BaseModel):
     failures = peewee.IntegerField(default=0)
     rate_tat_us = peewee.BigIntegerField(null=True)
     updated_at = peewee.BigIntegerField(default=now_ms)
+    wanted_at = peewee.BigIntegerField(null=True)  # a process was last refused a slot
+    wanted_by = peewee.CharField(max_length=64, null=True)  # which one
 
     def shown(self, now: int) -> tuple[str, int | None]:
         """The state as people are told it, and until when: a pause that has run out shows

@@ -56,6 +56,9 @@ POLICY_SECONDS = 60.0
 database for its max_age; this only spares the TXT look-up on every batch)."""
 MX_IDLE_SECONDS = 2.0
 """A session to an MX site unused for this long is closed (as Postfix's connection cache)."""
+SPARE_SECONDS = 1.0
+"""A session slot freed by this process and not taken again within this long is given back to
+the site (so another process may use it)."""
 MAX_UNRECORDED = 100
 """At most this many recipients are sent (or being sent) but not yet recorded: what a worker
 killed at the worst moment sends again (contract: at most 100 recipients)."""
@@ -152,6 +155,11 @@ class Engine:
         self._work = asyncio.Event()
         self._policies: dict[str, tuple[float, TransportPolicy]] = {}
         self._next_slot_renewal = time.monotonic()
+        # Slots of sessions that closed, kept a moment for the next session to the same site
+        # (no database round trip): site -> [(slot id, when it was freed)].
+        self._spares: dict[str, list[tuple[str, float]]] = {}
+        # Sites another process waits for: this process's fair share of each (see the tick).
+        self._shares: dict[str, int] = {}
         self.helo_name = helo_name
         self.unrecorded = unrecorded
         self.hand_back = hand_back
@@ -309,11 +317,13 @@ class Engine:
         return destination
 
     def _pump(self, destination: Destination) -> None:
+        # While no new session may open, only idle ones take jobs.
+        limit = destination.limit
         if destination.blocked_until > time.monotonic():
-            return
+            limit = min(limit, destination.runners + len(destination.idle))
         while (
             destination.queue
-            and destination.runners < destination.limit
+            and destination.runners < limit
             and destination.waiting < len(destination.queue)
         ):
             destination.runners += 1
@@ -329,6 +339,11 @@ class Engine:
                     self._give_back(destination)
                     break
                 if destination.paused:
+                    break
+                if session is None and destination.idle:
+                    session = destination.idle.pop()
+                if session is None and destination.blocked_until > time.monotonic():
+                    # No new session may open now: the tick tries again, not a loop here.
                     break
                 job = destination.queue.popleft()
                 destination.waiting -= 1
@@ -404,7 +419,11 @@ class Engine:
         result = await self._transact(destination, session, job)
         if result is None:  # a stale reused session: the job is queued again
             return None
-        if session.closed or session.transactions >= destination.per_session:
+        if (
+            session.closed
+            or session.transactions >= destination.per_session
+            or getattr(session, "retiring", False)
+        ):
             await self._close(session)
             return None
         return session
@@ -466,7 +485,9 @@ class Engine:
                 tls = {"version": None, "cipher": None, "verified": False, "policy": "none"}
             job.detail.update(host=smtp.host, address=smtp.peer, tls=tls)
         self._finish(job, result)
-        if destination.site is not None:
+        if destination.site is not None and (
+            result.outcome == DEFERRED or destination.site in self._troubled
+        ):
             await self._site_feedback(destination, session, result)
         gone = session.closed or (
             isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession)
@@ -509,7 +530,34 @@ class Engine:
         slot = getattr(session, "slot", None)
         if slot is not None:
             session.slot = None  # type: ignore[union-attr]
-            await self._state(sites.release_slot, slot)
+            if getattr(session, "retiring", False):  # another process waits for it
+                await self._state(sites.release_slots, [slot])
+            else:
+                self._spare(session.site, slot)  # type: ignore[union-attr]
+
+    def _spare(self, site: str, slot: str) -> None:
+        """Keep ``slot`` (its session closed) for this process's next session to ``site``;
+        the tick gives back those not taken again soon (``SPARE_SECONDS``)."""
+        self._spares.setdefault(site, []).append((slot, time.monotonic()))
+        for destination in self.destinations.values():
+            if destination.site == site and destination.queue and destination.blocked_until:
+                destination.blocked_until = 0.0
+                self._pump(destination)
+
+    def _at_share(self, site: str) -> bool:
+        """Whether this process has its fair share of ``site``'s sessions open while another
+        process waits for one (see ``_give_back_slots``)."""
+        share = self._shares.get(site)
+        if share is None:
+            return False
+        return sum(1 for s in self.sessions if s.site == site and s.slot is not None) >= share
+
+    def _spare_slot(self, site: str) -> str | None:
+        spares = self._spares.get(site)
+        if not spares or self._at_share(site):
+            return None
+        slot, _ = spares.pop()
+        return slot
 
     # -- direct to MX ----------------------------------------------------------------------
 
@@ -605,9 +653,11 @@ class Engine:
         route = job.route.transport
         assert isinstance(route, MxRoute)
         site, ceiling = destination.site, destination.rule.connections * len(route.sources)
-        slot = await self._state(
-            sites.acquire_slot, site, self.owner, ceiling, self.lease_ms, default=""
-        )
+        slot = self._spare_slot(site)
+        if slot is None and not self._at_share(site):
+            slot = await self._state(
+                sites.acquire_slot, site, self.owner, ceiling, self.lease_ms, default=""
+            )
         if slot is None:
             view = await self._state(sites.gate, site, ceiling)
             destination.queue.appendleft(job)
@@ -640,7 +690,7 @@ class Engine:
         except Refused as refused:
             self.open_sessions -= 1
             if slot:
-                await self._state(sites.release_slot, slot)
+                self._spare(site, slot)
             reply = refused.reply
             self._troubled.add(site)
             if is_slow_down(reply):
@@ -658,6 +708,7 @@ class Engine:
             return None
         session = _Counted(smtp, self)
         session.slot = slot or None
+        session.site = site
         return session
 
     async def _site_feedback(
@@ -708,10 +759,58 @@ class Engine:
         if destination.queue:
             self._pump(destination)
 
+    async def _give_back_slots(self, now: float) -> None:
+        """Give back the spare slots not taken again within ``SPARE_SECONDS`` (in one
+        transaction). Where another process waits for a site's slots, keep no more than a fair
+        share of them: spares and idle sessions go first, then sessions close after their
+        transaction. A site's slots go where its mail is."""
+        held: dict[str, int] = {}
+        for session in self.sessions:
+            if session.slot is not None:
+                held[session.site] = held.get(session.site, 0) + 1
+        for site, spares in self._spares.items():
+            held[site] = held.get(site, 0) + len(spares)
+        if not held:
+            return
+        shares = await self._state(sites.fair_shares, sorted(held), self.owner, default={})
+        released: list[str] = []
+        for site in list(self._spares):
+            keep = []
+            for slot, freed in self._spares[site]:
+                if held[site] > shares.get(site, held[site]) or now - freed >= SPARE_SECONDS:
+                    released.append(slot)
+                    held[site] -= 1
+                else:
+                    keep.append((slot, freed))
+            if keep:
+                self._spares[site] = keep
+            else:
+                del self._spares[site]
+        if released:
+            await self._state(sites.release_slots, released)
+        for site, share in shares.items():
+            excess = held[site] - share
+            for destination in self.destinations.values():
+                if destination.site != site:
+                    continue
+                while excess > 0 and destination.idle:
+                    session = destination.idle.pop()
+                    session.retiring = True  # type: ignore[attr-defined]
+                    await self._close(session)
+                    excess -= 1
+            for session in self.sessions:
+                if excess <= 0:
+                    break
+                if session.site == site and session.slot is not None and not session.retiring:
+                    session.retiring = True  # closes after its transaction
+                    excess -= 1
+        self._shares = shares
+
     async def _site_chores(self, now: float) -> None:
         """Renew this process's session slots; remember which site each domain is on."""
         if not any(d.site for d in self.destinations.values()):
             return
+        await self._give_back_slots(now)
         if now >= self._next_slot_renewal:
             self._next_slot_renewal = now + self.lease_ms / 4000
             await self._state(sites.renew_slots, self.owner, self.lease_ms)
@@ -745,7 +844,7 @@ class Engine:
         """Close sessions idle too long; hand back what waits behind hung transactions. With
         no session open and nothing to send, sleep until jobs come (an idle worker's CPU)."""
         while True:
-            if self.open_sessions == 0 and self.pending == 0:
+            if self.open_sessions == 0 and self.pending == 0 and not self._spares:
                 self._work.clear()
                 await self._work.wait()
             await asyncio.sleep(0.5)
@@ -786,13 +885,17 @@ class Engine:
             sessions, destination.idle = destination.idle, []
             for session in sessions:
                 await self._close(session)
+        slots = [slot for spares in self._spares.values() for slot, _ in spares]
+        self._spares.clear()
         for session in list(self.sessions):  # still in a transaction: cut off
             inner = session.inner
             if isinstance(inner, SmtpSession):
                 inner.abort()
             _ = session.closed
             if session.slot is not None:
-                await self._state(sites.release_slot, session.slot)
+                slots.append(session.slot)
+        if slots:
+            await self._state(sites.release_slots, slots)
 
 
 class _Counted:
@@ -803,6 +906,8 @@ class _Counted:
         self.engine = engine
         self._counted = True
         self.slot: str | None = None
+        self.site = ""
+        self.retiring = False  # over its process's fair share of the site: closes when done
         engine.sessions.add(self)
 
     @property

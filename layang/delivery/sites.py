@@ -255,12 +255,17 @@ def resume(site: str, *, now: int | None = None) -> SiteView:
         return _view(row, site, None, now)
 
 
+WANTED_MS = 2_000
+"""A process refused a slot this recently still wants one: holders give back idle ones."""
+
+
 def acquire_slot(
     site: str, owner: str, limit: int, lease_ms: int, *, now: int | None = None
 ) -> str | None:
     """A session slot at ``site`` for ``owner``, held for ``lease_ms`` unless renewed, or None
     when the site is closed or already has its limit of live slots (``limit``, the rule's, or
-    the throttled one if lower). Expired slots (of dead workers) are cleared on the way."""
+    the throttled one if lower); a refusal at the limit marks the site wanted (see ``wanted``).
+    Expired slots (of dead workers) are cleared on the way."""
     now = now_ms() if now is None else now
     with write_transaction(durable=False):
         row = _locked_row(site, now)
@@ -272,16 +277,53 @@ def acquire_slot(
         SiteSlot.delete().where((SiteSlot.site == site) & (SiteSlot.expires_at <= now)).execute()
         held = SiteSlot.select().where(SiteSlot.site == site).count()
         if held >= min(limit, view.limit or limit):
+            if row.wanted_by != owner or row.wanted_at is None or now - row.wanted_at > 250:
+                _save(row, wanted_at=now, wanted_by=owner)
             return None
         slot_id = new_id()
         SiteSlot.insert(id=slot_id, site=site, owner=owner, expires_at=now + lease_ms).execute()
         return slot_id
 
 
+def fair_shares(sites: Sequence[str], owner: str, *, now: int | None = None) -> dict[str, int]:
+    """For those of ``sites`` whose slots another process than ``owner`` was refused within
+    ``WANTED_MS``: each process's fair share of the site's sessions (its limit over the
+    processes holding slots there and the one waiting), which ``owner`` should not exceed."""
+    now = now_ms() if now is None else now
+    if not sites:
+        return {}
+    rows = list(
+        SiteState.select().where(
+            SiteState.site.in_(list(sites))
+            & (SiteState.wanted_at > now - WANTED_MS)
+            & (SiteState.wanted_by != owner)
+        )
+    )
+    if not rows:
+        return {}
+    holders: dict[str, set[str]] = {}
+    for slot in SiteSlot.select(SiteSlot.site, SiteSlot.owner).where(
+        SiteSlot.site.in_([row.site for row in rows]) & (SiteSlot.expires_at > now)
+    ):
+        holders.setdefault(slot.site, set()).add(slot.owner)
+    shares = {}
+    for row in rows:
+        sharing = holders.get(row.site, set()) | {row.wanted_by}
+        limit = _view(row, row.site, row.rule_limit, now).limit or 1
+        shares[row.site] = max(1, limit // len(sharing))
+    return shares
+
+
 def release_slot(slot_id: str) -> None:
     """Give a slot back (its session closed)."""
-    with write_transaction(durable=False):
-        SiteSlot.delete().where(SiteSlot.id == slot_id).execute()
+    release_slots([slot_id])
+
+
+def release_slots(slot_ids: Sequence[str]) -> None:
+    """Give slots back, in one transaction."""
+    if slot_ids:
+        with write_transaction(durable=False):
+            SiteSlot.delete().where(SiteSlot.id.in_(list(slot_ids))).execute()
 
 
 def renew_slots(owner: str, lease_ms: int, *, now: int | None = None) -> int:

@@ -125,6 +125,21 @@ def test_slots_hold_the_limit_and_dead_owners_lose_theirs(db):
     assert sites.gate(SITE, now=T0 + 7_000).limit == 1
 
 
+def test_a_process_refused_a_slot_gets_a_fair_share_from_the_holders(db):
+    now = now_ms()
+    held = [sites.acquire_slot(SITE, "a", 4, 60_000, now=now) for _ in range(4)]
+    assert all(held)
+    assert sites.fair_shares([SITE], "a", now=now) == {}  # nobody else wants it
+    assert sites.acquire_slot(SITE, "b", 4, 60_000, now=now) is None
+    # "a" learns that its share is half the site while "b" waits; "b" is told nothing.
+    assert sites.fair_shares([SITE], "a", now=now + 100) == {SITE: 2}
+    assert sites.fair_shares([SITE], "b", now=now + 100) == {}
+    sites.release_slots(held[:2])
+    assert sites.acquire_slot(SITE, "b", 4, 60_000, now=now + 200)
+    # The want lapses once nobody has been refused for a while.
+    assert sites.fair_shares([SITE], "a", now=now + 200 + sites.WANTED_MS) == {}
+
+
 def test_the_rate_spaces_sends_evenly(db):
     now = T0 * 1000
     waits = [sites.take_rate(SITE, 10.0, now_us=now) for _ in range(5)]
