@@ -13,8 +13,9 @@ in a dnslib DNS server (``tests/dns_server.py``'s zone) with one MX record each.
 
 Layang: ``LAYANG_RELAY_URL=mx:``, ``LAYANG_DNS_RESOLVER`` the DNS server, ``LAYANG_MX_PORT`` the
 port, and a shaping file (``LAYANG_SHAPING_FILE``) giving every site ``--limit`` sessions; the
-queue filled while no worker runs, then one ``layang worker`` timed from its start to the last
-delivery. Postfix: a private instance (as vs_postfix.py's), ``transport_maps`` naming each
+queue filled and held while no worker runs, one ``layang worker`` started on it and left to
+settle, then the queue released and timed to the last delivery (as vs_postfix.py's).
+Postfix: a private instance (as vs_postfix.py's), ``transport_maps`` naming each
 domain's MX address (``smtp:[127.0.0.x]:port``), default per-destination concurrency (20 per
 site, the Postfix default, where Layang has ``--limit``), timed from ``postsuper -H ALL``.
 
@@ -507,8 +508,9 @@ def main() -> None:
                 f"  rep {rep + 1}: Postfix {timings['postfix']:.2f} s "
                 f"({n / timings['postfix']:.1f} msg/s, peak {timings['peak-postfix']:.0f} "
                 f"sessions per site), Layang {timings['layang']:.2f} s "
-                f"({n / timings['layang']:.1f} msg/s, first delivery after "
-                f"{timings['startup']:.2f} s, peak {timings['peak-layang']:.0f} per site), "
+                f"({n / timings['layang']:.1f} msg/s, first delivery "
+                f"{timings['startup']:.2f} s after the release, "
+                f"peak {timings['peak-layang']:.0f} per site), "
                 f"ratio {timings['postfix'] / timings['layang']:.3f}",
                 flush=True,
             )
