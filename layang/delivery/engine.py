@@ -56,6 +56,8 @@ POLICY_SECONDS = 60.0
 database for its max_age; this only spares the TXT look-up on every batch)."""
 MX_IDLE_SECONDS = 2.0
 """A session to an MX site unused for this long is closed (as Postfix's connection cache)."""
+BLOCKED_SECONDS = 1.0
+"""A site refused a new session (at its limit across processes) is asked again after this."""
 SPARE_SECONDS = 1.0
 """A session slot freed by this process and not taken again within this long is given back to
 the site (so another process may use it)."""
@@ -666,7 +668,8 @@ class Engine:
             if view is not None and not view.open:
                 self._hold_site(destination, view.until_ms, view.reason or view.state)
             else:
-                destination.blocked_until = time.monotonic() + 0.2
+                # Tried again by the tick, or at once when this process frees a slot there.
+                destination.blocked_until = time.monotonic() + BLOCKED_SECONDS
             return None
         await self._make_room()
         self.open_sessions += 1

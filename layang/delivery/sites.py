@@ -22,7 +22,7 @@ from typing import Any
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import is_postgresql, new_id, write_transaction
+from layang.db import database, is_postgresql, new_id, write_transaction
 from layang.models import OK, SUSPENDED, THROTTLED, Recipient, SiteSlot, SiteState
 
 
@@ -96,13 +96,16 @@ def _view(row: SiteState | None, site: str, ceiling: int | None, now: int) -> Si
 
 def _locked_row(site: str, now: int) -> SiteState:
     """The site's row, made if missing, locked until the transaction ends (SQLite: the
-    transaction already holds the write lock)."""
-    SiteState.insert(
-        site=site, state=OK, pause_ms=0, failures=0, updated_at=now
-    ).on_conflict_ignore().execute()
+    transaction already holds the write lock). One round trip when the row exists."""
     query = SiteState.select().where(SiteState.site == site)
     if is_postgresql():
         query = query.for_update()
+    row = query.first()
+    if row is not None:
+        return row
+    SiteState.insert(
+        site=site, state=OK, pause_ms=0, failures=0, updated_at=now
+    ).on_conflict_ignore().execute()
     return query.get()
 
 
@@ -274,15 +277,37 @@ def acquire_slot(
             _save(row, rule_limit=limit)
         if not view.open:
             return None
-        SiteSlot.delete().where((SiteSlot.site == site) & (SiteSlot.expires_at <= now)).execute()
-        held = SiteSlot.select().where(SiteSlot.site == site).count()
-        if held >= min(limit, view.limit or limit):
+        # Cleared, counted and taken in one statement: the site's row stays locked for as
+        # short a time as the database allows.
+        slot_id = new_id()
+        room = min(limit, view.limit or limit)
+        if is_postgresql():
+            taken = database.execute_sql(
+                _ACQUIRE_SQL,
+                (site, now, slot_id, site, owner, now + lease_ms, site, now, room),
+            ).fetchone()
+        else:  # SQLite has no DELETE inside WITH; its write lock is held already anyway
+            SiteSlot.delete().where(
+                (SiteSlot.site == site) & (SiteSlot.expires_at <= now)
+            ).execute()
+            taken = SiteSlot.select().where(SiteSlot.site == site).count() < room
+            if taken:
+                SiteSlot.insert(
+                    id=slot_id, site=site, owner=owner, expires_at=now + lease_ms
+                ).execute()
+        if not taken:
             if row.wanted_by != owner or row.wanted_at is None or now - row.wanted_at > 250:
                 _save(row, wanted_at=now, wanted_by=owner)
             return None
-        slot_id = new_id()
-        SiteSlot.insert(id=slot_id, site=site, owner=owner, expires_at=now + lease_ms).execute()
         return slot_id
+
+
+_ACQUIRE_SQL = (
+    'WITH "gone" AS (DELETE FROM "site_slot" WHERE "site" = %s AND "expires_at" <= %s) '
+    'INSERT INTO "site_slot" ("id", "site", "owner", "expires_at") SELECT %s, %s, %s, %s '
+    'WHERE (SELECT COUNT(*) FROM "site_slot" WHERE "site" = %s AND "expires_at" > %s) < %s '
+    'RETURNING "id"'
+)
 
 
 def fair_shares(sites: Sequence[str], owner: str, *, now: int | None = None) -> dict[str, int]:

@@ -29,13 +29,16 @@ def event_batches(rows: Sequence[EventRow]) -> list[Batch]:
     (the intake path, which commits its rows in one go)."""
     if not rows:
         return []
-    batches: list[Batch] = [(Event, EVENT_FIELDS, rows), _webhook_rows(rows)]
+    batches: list[Batch] = [_webhook_rows(rows)]
     # A hard bounce, a complaint or an unsubscribe puts the address on the suppression list.
     suppressions = suppressions_from(rows)
     if suppressions is not None:
         batches.append(suppressions)
-    # The circuit breaker's counters move with the events they count.
+    # The circuit breaker's counters move with the events they count. They, and the
+    # overview's counts that the event rows' trigger keeps, are rows every worker updates:
+    # written last, they are held locked only until the commit that follows.
     batches.extend(counter_statements(rows))
+    batches.append((Event, EVENT_FIELDS, rows))
     return batches
 
 

@@ -266,7 +266,9 @@ def test_bounces_at_volume_pause_broadcast_over_http_and_smtp_across_processes(s
     assert re.search(
         r"hard-bounce rate [\d.]+ % \([4-6] of 4\d messages in 24 h\)", answer["message"]
     )
-    assert "this account" in answer["message"]
+    # Account and domain trip together; the first refusal names whichever of the two the
+    # process judged last (each standing is cached on its own), both are right.
+    assert "this account" in answer["message"] or "the domain sender.test" in answer["message"]
     # Both API processes refuse, within the cache time of each.
     for base in bases:
         wait_until(
