@@ -39,6 +39,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from layang.delivery.tls_policy import verification_failure
+from layang.mail.wire import crlf, data_section
 from layang.tls_trust import client_ssl_context
 
 DELIVERED = "delivered"
@@ -49,8 +50,6 @@ IDLE_SECONDS = 30.0
 """A connection unused for this long is closed rather than reused."""
 
 _QUIT_TIMEOUT = 5.0
-_BARE_EOL = re.compile(rb"\r(?!\n)|(?<!\r)\n")
-_LINE_START_DOT = re.compile(rb"^\.", re.MULTILINE)
 _GROUP = 100
 """At most this many RCPT commands (with MAIL before, DATA after) are written ahead of their
 replies. A client that does not read while it writes must bound what it writes, or a server
@@ -326,9 +325,9 @@ class SmtpRelay:
         recipients = tuple(recipients)
         if not recipients:
             return SendResult(())
-        if not crlf_clean and _has_bare_line_end(message):
+        if not crlf_clean:
             # smtplib sends bytes untouched, and SMTP only knows CRLF line ends.
-            message = _BARE_EOL.sub(b"\r\n", message)
+            message = crlf(message)
         with self._lock:
             if self._smtp is not None and time.monotonic() - self._last_used > self.max_idle:
                 self._quit()
@@ -500,7 +499,7 @@ class SmtpRelay:
             code, text = self._send_body(smtp, message)
             reply = format_reply(code, text)
             for index in envelope:
-                results[index] = _result(recipients[index], code, reply)
+                results[index] = result_for(recipients[index], code, reply)
             if code == 421:
                 self._discard()
             return _fill(recipients, results, 0, "no reply")
@@ -528,7 +527,7 @@ class SmtpRelay:
             if 200 <= code < 300:
                 accepted.append(index)
                 continue
-            results[index] = _result(recipients[index], code, format_reply(code, text))
+            results[index] = result_for(recipients[index], code, format_reply(code, text))
             if code == 421:
                 # The server is closing the channel: nobody left can be tried on it.
                 self._discard()
@@ -575,7 +574,7 @@ class SmtpRelay:
                 if 200 <= code < 300:
                     accepted.append(index)
                     continue
-                results[index] = _result(recipients[index], code, format_reply(code, text))
+                results[index] = result_for(recipients[index], code, format_reply(code, text))
                 if code == 421:
                     # Whatever was written after it goes unanswered: the server is closing.
                     self._discard()
@@ -626,7 +625,7 @@ class SmtpRelay:
             return _fill(recipients, results, 0, "no recipient was tried")
         reply = format_reply(code, text)
         for index in accepted:
-            results[index] = _result(recipients[index], code, reply)
+            results[index] = result_for(recipients[index], code, reply)
         if code == 421:
             self._discard()
         else:
@@ -655,10 +654,7 @@ class SmtpRelay:
         write for the terminator could wait out a delayed ACK), and without a regular
         expression pass over messages with no line starting with a dot (nearly all).
         """
-        if message.startswith(b".") or b"\n." in message:
-            message = _LINE_START_DOT.sub(b"..", message)
-        end = b".\r\n" if message.endswith(b"\r\n") else b"\r\n.\r\n"
-        smtp.send(message + end)
+        smtp.send(data_section(message))
         return smtp.getreply()
 
     def _unsendable(
@@ -747,12 +743,6 @@ class SmtpRelay:
             _close_quietly(smtp)
 
 
-def _has_bare_line_end(message: bytes) -> bool:
-    # Three counts in C run several times faster than one search with a look-behind.
-    pairs = message.count(b"\r\n")
-    return message.count(b"\n") != pairs or message.count(b"\r") != pairs
-
-
 def _command(smtp: smtplib.SMTP, *lines: str) -> bytes:
     """Command lines as one write, encoded as smtplib would (UTF-8 once SMTPUTF8 is in use)."""
     return "".join(f"{line}\r\n" for line in lines).encode(smtp.command_encoding)
@@ -763,7 +753,10 @@ def _close_quietly(smtp: smtplib.SMTP) -> None:
         smtp.close()
 
 
-def _result(recipient: str, code: int, reply: str, outcome: str | None = None) -> RecipientResult:
+def result_for(
+    recipient: str, code: int, reply: str, outcome: str | None = None
+) -> RecipientResult:
+    """One recipient's result from a server's reply (its outcome from the code unless given)."""
     code = max(code, 0)  # smtplib reports an unparsable reply as -1
     return RecipientResult(recipient, code, reply, outcome or outcome_for(code))
 
@@ -771,7 +764,7 @@ def _result(recipient: str, code: int, reply: str, outcome: str | None = None) -
 def _all(
     recipients: Sequence[str], code: int, reply: str, outcome: str | None = None
 ) -> SendResult:
-    return SendResult(tuple(_result(r, code, reply, outcome) for r in recipients))
+    return SendResult(tuple(result_for(r, code, reply, outcome) for r in recipients))
 
 
 def _fill(
@@ -780,7 +773,7 @@ def _fill(
     """The results, with ``code``/``reply`` for every recipient that has none yet."""
     return SendResult(
         tuple(
-            result if result is not None else _result(recipient, code, reply)
+            result if result is not None else result_for(recipient, code, reply)
             for recipient, result in zip(recipients, results, strict=True)
         )
     )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import re
 import socket
 import ssl
 import time
@@ -32,11 +31,10 @@ from layang.delivery.relay import (
     DEFERRED,
     RecipientResult,
     format_reply,
-    outcome_for,
+    result_for,
 )
+from layang.mail.wire import crlf, data_section
 
-_BARE_EOL = re.compile(rb"\r(?!\n)|(?<!\r)\n")
-_LINE_START_DOT = re.compile(rb"^\.", re.MULTILINE)
 _GROUP = 100
 _QUIT_TIMEOUT = 5.0
 _MAX_LINE = 8192
@@ -330,8 +328,8 @@ class SmtpSession:
         recipients = envelope.recipients
         results: list[RecipientResult | None] = [None] * len(recipients)
         message = envelope.data
-        if not envelope.crlf_clean and _has_bare_line_end(message):
-            message = _BARE_EOL.sub(b"\r\n", message)
+        if not envelope.crlf_clean:
+            message = crlf(message)
         try:
             refused = self._unsendable(envelope, results)
             if refused is not None:
@@ -350,7 +348,7 @@ class SmtpSession:
                 code, text = await self._send_body(message)
                 reply = format_reply(code, text)
                 for index in accepted:
-                    results[index] = _result(recipients[index], code, reply)
+                    results[index] = result_for(recipients[index], code, reply)
                 if code == 421:
                     self._abort()
             return _fill(recipients, results, 0, "no reply")
@@ -378,7 +376,7 @@ class SmtpSession:
             if 200 <= code < 300:
                 accepted.append(index)
                 continue
-            results[index] = _result(recipients[index], code, format_reply(code, text))
+            results[index] = result_for(recipients[index], code, format_reply(code, text))
             if code == 421:
                 self._abort()
                 _set_rest(results, recipients, code, format_reply(code, text))
@@ -420,7 +418,7 @@ class SmtpSession:
                 if 200 <= code < 300:
                     accepted.append(index)
                     continue
-                results[index] = _result(recipients[index], code, format_reply(code, text))
+                results[index] = result_for(recipients[index], code, format_reply(code, text))
                 if code == 421:
                     self._abort()
                     _set_rest(results, recipients, code, format_reply(code, text))
@@ -464,7 +462,7 @@ class SmtpSession:
             return _Done()
         reply = format_reply(code, text)
         for index in accepted:
-            results[index] = _result(recipients[index], code, reply)
+            results[index] = result_for(recipients[index], code, reply)
         if code == 421:
             self._abort()
         else:
@@ -484,10 +482,7 @@ class SmtpSession:
             self._abort()
 
     async def _send_body(self, message: bytes) -> tuple[int, str]:
-        if message.startswith(b".") or b"\n." in message:
-            message = _LINE_START_DOT.sub(b"..", message)
-        end = b".\r\n" if message.endswith(b"\r\n") else b"\r\n.\r\n"
-        self._write(message + end)
+        self._write(data_section(message))
         return await self._reply()
 
     def _unsendable(self, envelope: Envelope, results: list[RecipientResult | None]) -> str | None:
@@ -690,19 +685,10 @@ def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def _has_bare_line_end(message: bytes) -> bool:
-    pairs = message.count(b"\r\n")
-    return message.count(b"\n") != pairs or message.count(b"\r") != pairs
-
-
-def _result(recipient: str, code: int, reply: str, outcome: str | None = None) -> RecipientResult:
-    return RecipientResult(recipient, code, reply, outcome or outcome_for(code))
-
-
 def _all(
     recipients: Sequence[str], code: int, reply: str, outcome: str | None = None
 ) -> list[RecipientResult]:
-    return [_result(r, code, reply, outcome) for r in recipients]
+    return [result_for(r, code, reply, outcome) for r in recipients]
 
 
 def _set_all(
@@ -710,7 +696,7 @@ def _set_all(
 ) -> None:
     for index, result in enumerate(results):
         if result is None:
-            results[index] = _result(recipients[index], code, reply)
+            results[index] = result_for(recipients[index], code, reply)
 
 
 def _set_rest(

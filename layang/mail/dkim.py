@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from layang.db import database
+from layang.mail.wire import crlf
 from layang.sealing import KeyUnavailable, unseal
 
 log = logging.getLogger("layang.dkim")
@@ -51,7 +52,6 @@ SIGNED_HEADERS = (
     "list-unsubscribe-post",
 )
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
-_BARE_EOL = re.compile(rb"\r(?!\n)|(?<!\r)\n")
 _FIELD_NAME = re.compile(rb"([\x21-\x7e]+?):")
 _TRAILING_WSP = re.compile(rb"[\t ]+\r\n")
 _WSP = re.compile(rb"[\t ]+")
@@ -265,8 +265,7 @@ def message_body_hash(raw: bytes) -> bytes:
 def _split(raw: bytes) -> tuple[bytes, bytes]:
     """``raw``'s header section (without the blank line) and body, line ends made CRLF as
     the transport sends them (an SMTP submission may have bare ones)."""
-    if _has_bare_line_end(raw):
-        raw = _BARE_EOL.sub(b"\r\n", raw)
+    raw = crlf(raw)
     split = raw.find(b"\r\n\r\n")
     if split < 0:
         return raw.removesuffix(b"\r\n"), b""
@@ -277,11 +276,6 @@ def sign_message(raw: bytes, key: SigningKey) -> bytes:
     """``raw`` with a ``DKIM-Signature`` header field (``rsa-sha256``, ``relaxed/relaxed``)
     prepended. Raises :class:`DkimError` for a message that cannot be signed."""
     return signature_header(b"", raw, key) + raw
-
-
-def _has_bare_line_end(message: bytes) -> bool:
-    pairs = message.count(b"\r\n")
-    return message.count(b"\n") != pairs or message.count(b"\r") != pairs
 
 
 # -- which key signs ---------------------------------------------------------------------------

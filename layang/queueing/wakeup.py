@@ -29,9 +29,7 @@ class Wakeup:
     """Waits for work on one queue, the way the database allows: ``channel`` is what the
     queue's writers notify, ``next_due`` when its next row falls due (epoch ms, None: none)."""
 
-    def __init__(
-        self, config: Config, channel: str, next_due: Callable[[], int | None]
-    ) -> None:
+    def __init__(self, config: Config, channel: str, next_due: Callable[[], int | None]) -> None:
         self.config = config
         self.channel = channel
         self.next_due = next_due
