@@ -375,6 +375,7 @@ class Config:
     require_verified_domain: bool = _setting(
         "LAYANG_REQUIRE_VERIFIED_DOMAIN", _boolean, default=False
     )
+    dkim_ed25519: bool = _setting("LAYANG_DKIM_ED25519", _boolean, default=False)
     inbound_host: str = _setting(
         "LAYANG_INBOUND_HOST", shown="the host of LAYANG_PUBLIC_URL", default=""
     )

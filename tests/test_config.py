@@ -50,6 +50,7 @@ DOCUMENTED = {
     "worker_metrics_bind": "",
     "dns_resolver": "",
     "require_verified_domain": False,
+    "dkim_ed25519": False,
     "inbound_host": "",
     "inbound_bind": "127.0.0.1:2525",
     "bounce_domain": "bounces.127.0.0.1",
@@ -99,8 +100,8 @@ def test_defaults_are_the_documented_ones_and_from_env_agrees(empty_dir):
 
 def test_every_setting_reads_its_documented_variable(empty_dir):
     readme = (ROOT / "README.md").read_text()
-    documented = set(re.findall(r"^\| `(LAYANG_[A-Z_]+)`", readme, re.M))
-    documented |= set(re.findall(r"^\| `LAYANG_[A-Z_]+`, `(LAYANG_[A-Z_]+)`", readme, re.M))
+    documented = set(re.findall(r"^\| `(LAYANG_[A-Z0-9_]+)`", readme, re.M))
+    documented |= set(re.findall(r"^\| `LAYANG_[A-Z0-9_]+`, `(LAYANG_[A-Z0-9_]+)`", readme, re.M))
     variables = {setting.metadata["variable"] for setting in fields(Config)}
     assert variables == documented
 
@@ -161,6 +162,7 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_SOURCE_ADDRESSES": "192.0.2.1=MTA1.example.com.,192.0.2.2,192.0.2.3,2001:db8::7",
         "LAYANG_WORKER_CONNECTIONS": "50",
         "LAYANG_EHLO_NAME": "mail.example.com",
+        "LAYANG_DKIM_ED25519": "true",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

@@ -64,6 +64,7 @@ API = (
     "max_message_bytes",
     "tracking_token_days",
     "require_verified_domain",
+    "dkim_ed25519",
     "rate_limit",
     "dns_resolver",
     "inbound_host",
@@ -124,6 +125,7 @@ INBOUND_SETTINGS = (
     "inbound_keep_mb",
 )
 DOMAINS = (
+    "dkim_ed25519",
     "dns_resolver",
     "inbound_host",
     "public_url",

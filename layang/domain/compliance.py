@@ -27,6 +27,7 @@ from layang.domain.sending_domains import (
     expected_records,
     spf_mechanism,
 )
+from layang.mail.dkim import ALGORITHM
 from layang.mail.unsubscribe import ONE_CLICK, UNSUBSCRIBE_PATH
 from layang.models import ACTIVE, Account, SendingDomain
 
@@ -91,7 +92,8 @@ def _spf(domain: str, record: DnsRecord, lookup: DnsLookup, config: Config) -> R
 
 def _dkim(row: SendingDomain, lookup: DnsLookup, config: Config) -> Rule:
     title = "DKIM signs with the From domain (d= aligned)"
-    keys = [key for key in _keys(row) if key.status == ACTIVE]
+    # The RSA key: every receiver checks it (an Ed25519 signature comes only beside it).
+    keys = [key for key in _keys(row) if key.status == ACTIVE and key.algorithm == ALGORITHM]
     wanted = [r for r in expected_records(row, keys, config) if r.purpose == "dkim"]
     if not wanted:
         return Rule(

@@ -174,7 +174,7 @@ def expected_records(row: SendingDomain, keys: list[DkimKey], config: Config) ->
             "dkim",
             "TXT",
             dkim.key_context(key.selector, row.domain),
-            dkim.record_value(key.public_key),
+            dkim.record_value(key.public_key, key.algorithm),
         )
         for key in keys
     ]
@@ -317,14 +317,22 @@ def _get(account: Account, domain: str) -> SendingDomain:
     return row
 
 
-def _add_key(row: SendingDomain, config: Config, taken: set[str]) -> DkimKey:
-    private_pem, public_key = dkim.generate_key()
+def _add_key(
+    row: SendingDomain, config: Config, taken: set[str], algorithm: str = dkim.ALGORITHM
+) -> DkimKey:
+    if algorithm == dkim.ED25519:
+        private_pem, public_key = dkim.generate_ed25519_key()
+        bits = dkim.ED25519_BITS
+    else:
+        private_pem, public_key = dkim.generate_key()
+        bits = dkim.KEY_BITS
     selector = _new_selector(time.gmtime(now_ms() // 1000).tm_year, taken)
+    taken.add(selector)
     return DkimKey.create(
         sending_domain=row.id,
         selector=selector,
-        algorithm=dkim.ALGORITHM,
-        bits=dkim.KEY_BITS,
+        algorithm=algorithm,
+        bits=bits,
         status=PENDING,
         public_key=public_key,
         private_key=sealing.seal(
@@ -336,7 +344,8 @@ def _add_key(row: SendingDomain, config: Config, taken: set[str]) -> DkimKey:
 def create_domain(
     account: Account, domain: str, return_path_domain: str | None, config: Config
 ) -> DomainState:
-    """Add ``domain`` to ``account``, ``pending``, with a fresh RSA-2048 key (``pending`` too).
+    """Add ``domain`` to ``account``, ``pending``, with a fresh RSA-2048 key (``pending`` too),
+    and an Ed25519 one beside it with ``LAYANG_DKIM_ED25519``.
 
     ``return_path_domain`` defaults to ``bounces.<domain>`` and must be a subdomain of it (so
     that SPF aligns). Raises ``InvalidInput`` for a bad name and ``Conflict`` when the domain
@@ -357,7 +366,10 @@ def create_domain(
             row = SendingDomain.create(
                 account=account.id, domain=name, return_path_domain=return_path, status=PENDING
             )
-            _add_key(row, config, set())
+            taken: set[str] = set()
+            _add_key(row, config, taken)
+            if config.dkim_ed25519:
+                _add_key(row, config, taken, dkim.ED25519)
     except peewee.IntegrityError:
         raise Conflict(f"domain: {name} is already added.") from None
     return _state(row, config)
@@ -394,13 +406,17 @@ def verify_domain(
 ) -> DomainState:
     """Check every record in DNS now and record the results.
 
-    The newest key whose record matches becomes the active key (the one before it is retired),
-    and the domain ``verified``. A domain once verified stays so; its records show what DNS
-    says now. ``NotFound`` unless ``account`` has the domain; ``Conflict`` when another
-    account verified it first (this claim stays pending, unchanged).
+    Of each algorithm, the newest key whose record matches becomes the active key (the one
+    before it is retired); the domain is ``verified`` once an RSA key is active. A domain once
+    verified stays so; its records show what DNS says now. ``NotFound`` unless ``account`` has
+    the domain; ``Conflict`` when another account verified it first (this claim stays pending,
+    unchanged). With ``LAYANG_DKIM_ED25519`` a domain that has no Ed25519 key gets one here
+    (``pending``, its record among those to publish).
     """
     row = _get(account, domain)
     _refuse_if_owned(row, account)
+    if config.dkim_ed25519:
+        _add_ed25519_if_missing(account, domain, config)
     records = check_records(expected_records(row, _keys(row), config), lookup(config), config)
     published = {r.name.split(".", 1)[0] for r in records if r.purpose == "dkim" and r.status == OK}
     try:
@@ -408,6 +424,14 @@ def verify_domain(
     except peewee.IntegrityError:
         # Another account's verification committed between the check above and this one.
         raise Conflict(f"domain: {row.domain} belongs to another account.") from None
+
+
+def _add_ed25519_if_missing(account: Account, domain: str, config: Config) -> None:
+    with write_transaction():
+        row = _get(account, domain)
+        keys = _keys(row)
+        if not any(k.algorithm == dkim.ED25519 and k.status != RETIRED for k in keys):
+            _add_key(row, config, {k.selector for k in keys}, dkim.ED25519)
 
 
 def _refuse_if_owned(row: SendingDomain, account: Account) -> None:
@@ -429,10 +453,13 @@ def _record_check(
         row = _get(account, domain)  # as it is now, inside the write lock
         _refuse_if_owned(row, account)
         keys = _keys(row)
-        candidates = [k for k in keys if k.selector in published and k.status != RETIRED]
-        if candidates:
+        for algorithm in {k.algorithm for k in keys}:
+            family = [k for k in keys if k.algorithm == algorithm]
+            candidates = [k for k in family if k.selector in published and k.status != RETIRED]
+            if not candidates:
+                continue
             signing = candidates[-1]
-            for key in keys:
+            for key in family:
                 if key.id == signing.id and key.status != ACTIVE:
                     key.status, key.activated_at = ACTIVE, now
                     key.save()
@@ -440,7 +467,8 @@ def _record_check(
                     key.status = RETIRED
                     key.save()
                     # Older pending keys stay pending: published later, they are still usable.
-        if any(k.status == ACTIVE for k in keys) and row.status != VERIFIED:
+        rsa_active = any(k.status == ACTIVE and k.algorithm == dkim.ALGORITHM for k in keys)
+        if rsa_active and row.status != VERIFIED:
             row.status, row.verified_at = VERIFIED, now
         row.records = json.dumps([asdict(r) for r in records])
         row.checked_at = now
@@ -449,24 +477,30 @@ def _record_check(
 
 
 def rotate_key(account: Account, domain: str, config: Config) -> DomainState:
-    """Add a second key, ``pending``: signing moves to it once its record verifies.
-    ``Conflict`` while another key is still pending."""
+    """Add a second RSA key, ``pending``: signing moves to it once its record verifies; and a
+    second Ed25519 key where the domain signs with one (or ``LAYANG_DKIM_ED25519`` asks for
+    one) and none is pending. ``Conflict`` while another RSA key is still pending."""
     with write_transaction():
         row = _get(account, domain)
         keys = _keys(row)
-        waiting = [k.selector for k in keys if k.status == PENDING]
+        waiting = [k.selector for k in keys if k.status == PENDING and k.algorithm != dkim.ED25519]
         if waiting:
             raise Conflict(
                 f"Key {waiting[0]} is still pending: publish its record and verify, "
                 "or delete it, before rotating again."
             )
-        _add_key(row, config, {k.selector for k in keys})
+        taken = {k.selector for k in keys}
+        _add_key(row, config, taken)
+        ed25519 = [k for k in keys if k.algorithm == dkim.ED25519 and k.status != RETIRED]
+        if (ed25519 or config.dkim_ed25519) and not any(k.status == PENDING for k in ed25519):
+            _add_key(row, config, taken, dkim.ED25519)
     return _state(row, config)
 
 
 def delete_key(account: Account, domain: str, selector: str) -> None:
-    """Delete one key. ``Conflict`` for the active key (it is the only one that signs: rotate
-    and verify first); ``NotFound`` for an unknown selector."""
+    """Delete one key. ``Conflict`` for the only active RSA key (without it the domain's mail
+    goes unsigned: rotate and verify first); an Ed25519 key, only ever a second signature,
+    may always go. ``NotFound`` for an unknown selector."""
     with write_transaction():
         row = _get(account, domain)
         key = DkimKey.get_or_none(
@@ -475,8 +509,14 @@ def delete_key(account: Account, domain: str, selector: str) -> None:
         if key is None:
             raise NotFound(f"No DKIM key {selector!r} on {row.domain}.")
         others = DkimKey.select().where(
-            (DkimKey.sending_domain == row.id) & (DkimKey.status == ACTIVE) & (DkimKey.id != key.id)
+            (DkimKey.sending_domain == row.id)
+            & (DkimKey.status == ACTIVE)
+            & (DkimKey.algorithm == key.algorithm)
+            & (DkimKey.id != key.id)
         )
+        if key.algorithm == dkim.ED25519:
+            key.delete_instance()
+            return
         if key.status == ACTIVE and not others.exists():
             raise Conflict(
                 f"{selector} is the only active key of {row.domain}; rotate and verify first."

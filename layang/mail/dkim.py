@@ -2,8 +2,9 @@
 
 The worker signs each message once, over exactly the bytes it relays, with the active key of
 the sending account's verified domain that covers the From domain (the domain itself or its
-nearest parent). It reads the keys table itself, once per batch, so this module needs nothing
-from the domain layer; the domain layer uses it to make and seal keys.
+nearest parent), and a second time with that domain's active Ed25519 key when it has one. It
+reads the keys table itself, once per batch, so this module needs nothing from the domain
+layer; the domain layer uses it to make and seal keys.
 
 Signing is written here (``relaxed/relaxed`` only) rather than through dkimpy: dkimpy parses the
 PEM key with pure-Python ASN.1, splits the message with regular expressions line by line and
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
 
 from layang.db import database
 from layang.mail.wire import crlf
@@ -35,6 +36,10 @@ log = logging.getLogger("layang.dkim")
 
 ALGORITHM = "rsa-sha256"
 KEY_BITS = 2048
+ED25519 = "ed25519-sha256"
+"""RFC 8463: a second signature a domain may carry beside the RSA one (``LAYANG_DKIM_ED25519``).
+Verifiers that do not know it ignore it; it costs a small part of an RSA-2048 signature."""
+ED25519_BITS = 256
 # Signed once per occurrence plus once more, so that a header added on the way (a second From,
 # a Reply-To the message did not have) breaks the signature instead of riding on it.
 SIGNED_HEADERS = (
@@ -80,9 +85,26 @@ def generate_key(bits: int = KEY_BITS) -> tuple[bytes, str]:
     return private_pem, base64.b64encode(public_der).decode("ascii")
 
 
-def record_value(public_key: str) -> str:
-    """The TXT value that publishes ``public_key`` (base64 SubjectPublicKeyInfo)."""
-    return f"v=DKIM1; k=rsa; p={public_key}"
+def generate_ed25519_key() -> tuple[bytes, str]:
+    """A new Ed25519 key pair: the private key as PKCS#8 PEM, and the public key as the base64
+    of its 32 raw bytes, which is what an ``k=ed25519`` record's ``p=`` carries (RFC 8463)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public_raw = key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return private_pem, base64.b64encode(public_raw).decode("ascii")
+
+
+def record_value(public_key: str, algorithm: str = ALGORITHM) -> str:
+    """The TXT value that publishes ``public_key`` (base64 SubjectPublicKeyInfo for RSA, the
+    raw key for Ed25519)."""
+    kind = "ed25519" if algorithm == ED25519 else "rsa"
+    return f"v=DKIM1; k={kind}; p={public_key}"
 
 
 def key_context(selector: str, domain: str) -> str:
@@ -99,21 +121,24 @@ class SigningKey:
     domain: str
     selector: str
     pem: bytes
-    key: rsa.RSAPrivateKey
+    key: rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
 
     @classmethod
     def from_pem(cls, domain: str, selector: str, pem: bytes) -> SigningKey:
         key = serialization.load_pem_private_key(pem, password=None)
-        if not isinstance(key, rsa.RSAPrivateKey):
-            raise KeyUnavailable(f"{key_context(selector, domain)}: not an RSA key")
+        if not isinstance(key, rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey):
+            raise KeyUnavailable(f"{key_context(selector, domain)}: not an RSA or Ed25519 key")
         return cls(domain, selector, pem, key)
 
     @property
     def algorithm(self) -> bytes:
-        return ALGORITHM.encode()
+        return (ED25519 if isinstance(self.key, ed25519.Ed25519PrivateKey) else ALGORITHM).encode()
 
     def sign(self, data: bytes) -> bytes:
         """The signature of the header hash input ``data``."""
+        if isinstance(self.key, ed25519.Ed25519PrivateKey):
+            # RFC 8463 section 3: Ed25519 (PureEdDSA) over the SHA-256 hash of the input.
+            return self.key.sign(hashlib.sha256(data).digest())
         return self.key.sign(data, padding.PKCS1v15(), hashes.SHA256())
 
 
@@ -273,7 +298,7 @@ def _split(raw: bytes) -> tuple[bytes, bytes]:
 
 
 def sign_message(raw: bytes, key: SigningKey) -> bytes:
-    """``raw`` with a ``DKIM-Signature`` header field (``rsa-sha256``, ``relaxed/relaxed``)
+    """``raw`` with a ``DKIM-Signature`` header field (``key``'s algorithm, ``relaxed/relaxed``)
     prepended. Raises :class:`DkimError` for a message that cannot be signed."""
     return signature_header(b"", raw, key) + raw
 
@@ -283,7 +308,9 @@ def sign_message(raw: bytes, key: SigningKey) -> bytes:
 _ACTIVE_KEYS_SQL = (
     'SELECT d."account_id", d."domain", k."selector", k."private_key" '
     'FROM "sending_domain" AS d JOIN "dkim_key" AS k ON k."sending_domain_id" = d."id" '
-    'WHERE d."status" = \'verified\' AND k."status" = \'active\' AND d."account_id" IN ({})'
+    'WHERE d."status" = \'verified\' AND k."status" = \'active\' AND d."account_id" IN ({}) '
+    # The RSA signature first: a verifier that checks only one checks that one.
+    'ORDER BY k."algorithm" DESC, k."id"'
 )
 
 
@@ -302,12 +329,13 @@ class DkimSigner:
     """The worker's signer: which key signs for an account and a From domain, and the signing.
 
     ``load`` reads the active keys of a batch's accounts in one query; private keys are
-    unsealed once per process and kept, so a message costs one signature and no look-up.
+    unsealed once per process and kept, so a message costs one signature per active key (RSA,
+    and Ed25519 where the domain has one) and no look-up.
     """
 
     def __init__(self, secret_key: str) -> None:
         self.secret_key = secret_key
-        self.active: dict[int, dict[str, tuple[str, bytes]]] = {}
+        self.active: dict[int, dict[str, list[tuple[str, bytes]]]] = {}
         self.keys: dict[tuple[str, str, bytes], SigningKey] = {}
         self.failed: set[tuple[str, str, bytes]] = set()
         self._body_hash: tuple[bytes | None, bytes] = (None, b"")
@@ -322,17 +350,25 @@ class DkimSigner:
         marks = ", ".join([database.obj.param] * len(ids))
         cursor = database.execute_sql(_ACTIVE_KEYS_SQL.format(marks), ids)
         for account_id, domain, selector, sealed in cursor.fetchall():
-            self.active[account_id][domain] = (selector, bytes(sealed))
+            self.active[account_id].setdefault(domain, []).append((selector, bytes(sealed)))
 
-    def key_for(self, account_id: int, from_domain: str) -> SigningKey | None:
-        """The key that signs ``account_id``'s mail from ``from_domain``, or None."""
+    def keys_for(self, account_id: int, from_domain: str) -> list[SigningKey]:
+        """The keys that sign ``account_id``'s mail from ``from_domain`` (none, the RSA key, or
+        the RSA and the Ed25519 key), in the order their signatures go on."""
         domains = self.active.get(account_id)
         if not domains:
-            return None
+            return []
         domain = covering_domain(domains, from_domain)
         if domain is None:
-            return None
-        selector, sealed = domains[domain]
+            return []
+        found = []
+        for selector, sealed in domains[domain]:
+            key = self._key(domain, selector, sealed)
+            if key is not None:
+                found.append(key)
+        return found
+
+    def _key(self, domain: str, selector: str, sealed: bytes) -> SigningKey | None:
         cache_key = (domain, selector, sealed)
         key = self.keys.get(cache_key)
         if key is None and cache_key not in self.failed:
@@ -342,8 +378,8 @@ class DkimSigner:
                     domain, selector, unseal(sealed, self.secret_key, context)
                 )
             except (KeyUnavailable, ValueError) as error:
-                # Logged once per key: mail goes out unsigned rather than not at all.
-                log.error("DKIM key unusable, sending unsigned: %s", error)
+                # Logged once per key: mail goes out without it rather than not at all.
+                log.error("DKIM key unusable, sending unsigned by it: %s", error)
                 self.failed.add(cache_key)
                 return None
             self.keys[cache_key] = key
@@ -351,27 +387,31 @@ class DkimSigner:
 
     def sign(self, raw: bytes, account_id: int, from_domain: str, prefix: bytes = b"") -> bytes:
         """``prefix + raw`` (``prefix``: header fields put in front of the message's own),
-        signed when the account has an active key covering ``from_domain``, else as it is. A
-        message that cannot be signed goes out unsigned (logged).
+        signed by each active key covering ``from_domain``, else as it is. A message that
+        cannot be signed goes out unsigned (logged).
 
         The body hash of the last ``raw`` is kept: the copies of one message to several
-        recipients differ only in ``prefix``."""
-        key = self.key_for(account_id, from_domain)
-        if key is None:
+        recipients differ only in ``prefix`` (and both algorithms hash the body alike)."""
+        keys = self.keys_for(account_id, from_domain)
+        if not keys:
             return prefix + raw
         started = time.perf_counter()
         if self._body_hash[0] is not raw:
             self._body_hash = (raw, message_body_hash(raw))
         try:
-            header = signature_header(prefix, raw, key, body_hash_of=self._body_hash[1])
+            # Each signature covers the message without the others (DKIM-Signature is not
+            # among the signed headers), so the order they are added in does not matter.
+            headers = b"".join(
+                signature_header(prefix, raw, key, body_hash_of=self._body_hash[1]) for key in keys
+            )
         except DkimError as error:
             log.warning("could not DKIM-sign a message from %s: %s", from_domain, error)
             return prefix + raw
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "dkim signed d=%s s=%s in %.2f ms",
-                key.domain,
-                key.selector,
+                keys[0].domain,
+                ",".join(key.selector for key in keys),
                 (time.perf_counter() - started) * 1000,
             )
-        return header + prefix + raw
+        return headers + prefix + raw

@@ -13,9 +13,11 @@ import dkim as dkimpy
 import dns.nameserver
 import dns.resolver
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from layang.domain import accounts
 from layang.mail import dkim
+from layang.serving.app import create_app
 from layang.submission.server import submission_server
 from tests.conftest import BACKENDS, b64, drain
 from tests.delivery.test_crash import free_port
@@ -72,8 +74,12 @@ def verifier(dns_zone):
             return None
         return b"".join(next(iter(answer.rrset)).strings)
 
-    def verify(data: bytes) -> bool:
-        return dkimpy.verify(data, dnsfunc=get_txt)
+    def verify(data: bytes, index: int = 0) -> bool:
+        """The message's ``index``-th signature (from the top) verifies."""
+        try:
+            return dkimpy.DKIM(data).verify(idx=index, dnsfunc=get_txt)
+        except dkimpy.DKIMException:  # what dkimpy.verify turns into False
+            return False
 
     return verify
 
@@ -370,7 +376,7 @@ def test_copies_of_one_body_each_verify_with_the_body_hash_kept():
     verify = offline_verifier(public)
     signer = dkim.DkimSigner("secret")
     key = dkim.SigningKey.from_pem("example.com", "s1", pem)
-    signer.key_for = lambda account_id, from_domain: key
+    signer.keys_for = lambda account_id, from_domain: [key]
     body = b"From: a@example.com\r\nSubject: hi\r\n\r\n" + b"same body  \r\n" * 20
     other = b"From: a@example.com\r\nSubject: hi\r\n\r\n" + b"other body\r\n"
     copies = [
@@ -397,3 +403,102 @@ def test_a_header_section_that_is_not_rfc5322_is_refused():
     key = dkim.SigningKey.from_pem("example.com", "s1", pem)
     with pytest.raises(dkim.DkimError):
         dkim.sign_message(b"From: a@example.com\r\nnot a header\r\n\r\nbody\r\n", key)
+
+
+def test_our_ed25519_signature_is_byte_for_byte_dkimpys_own():
+    pem, public = dkim.generate_ed25519_key()
+    key = dkim.SigningKey.from_pem("example.com", "s2", pem)
+    seed = key.key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    message = (
+        b"From: a@example.com\r\nTo: b@example.org\r\nSubject: hi\r\n"
+        b"Date: Mon, 1 Jan 2024 00:00:00 +0000\r\nMessage-ID: <x@example.com>\r\n\r\n"
+        + b"hello  \r\n"
+        * 50
+    )
+    for _ in range(3):  # t= is in seconds: retry should a second tick in between
+        ours = dkim.sign_message(message, key)
+        theirs = dkimpy.sign(
+            message,
+            b"s2",
+            b"example.com",
+            base64.b64encode(seed),
+            canonicalize=(b"relaxed", b"relaxed"),
+            include_headers=dkim.header_list(message),
+            signature_algorithm=b"ed25519-sha256",
+        )
+        if ours == theirs + message:
+            break
+    else:
+        raise AssertionError("the signatures differ")
+    record = dkim.record_value(public, dkim.ED25519).encode()
+    assert record.startswith(b"v=DKIM1; k=ed25519; p=")
+    assert dkimpy.verify(ours, dnsfunc=lambda name, timeout=5: record)
+
+
+@BOTH
+def test_ed25519_adds_a_second_signature_once_its_record_verifies(
+    client, auth, config, dns_zone, upstream, relay_to, verifier
+):
+    # A domain verified before the setting was turned on signs with RSA alone.
+    before = verified_domain(client, auth, dns_zone)
+    assert [(k["algorithm"], k["bits"]) for k in before["dkim"]] == [("rsa-sha256", 2048)]
+    rsa_selector = before["dkim"][0]["selector"]
+    on = create_app(replace(config, dkim_ed25519=True)).test_client()
+
+    # Turned on, the next check gives the domain an Ed25519 key and a record to publish; the
+    # domain stays verified meanwhile.
+    body = on.post(f"{DOMAINS}/example.com/verify", headers=auth).get_json()
+    assert body["status"] == "verified"
+    (ed,) = [k for k in body["dkim"] if k["algorithm"] == "ed25519-sha256"]
+    assert (ed["bits"], ed["status"]) == (256, "pending")
+    (record,) = [r for r in body["records"] if r["name"].startswith(ed["selector"] + ".")]
+    assert record["status"] == "missing" and "k=ed25519;" in record["value"]
+    worker = relay_to(upstream)
+    send(client, auth, subject="unpublished")
+    drain(worker)
+
+    dns_zone.publish([record])
+    body = on.post(f"{DOMAINS}/example.com/verify", headers=auth).get_json()
+    assert {k["algorithm"]: k["status"] for k in body["dkim"]} == {
+        "rsa-sha256": "active",
+        "ed25519-sha256": "active",
+    }
+    send(client, auth, subject="both")
+    drain(worker)
+    by_subject = {r.message["Subject"]: r.data for r in upstream.received}
+    assert [s[b"a"] for s in signatures(by_subject["unpublished"])] == [b"rsa-sha256"]
+    both = by_subject["both"]
+    rsa_signature, ed_signature = signatures(both)
+    assert rsa_signature[b"a"] == b"rsa-sha256" and rsa_signature[b"s"] == rsa_selector.encode()
+    assert ed_signature[b"a"] == b"ed25519-sha256" and ed_signature[b"s"] == ed["selector"].encode()
+    assert signed_headers(ed_signature) >= REQUIRED
+    # Each verifies on its own, and each breaks when one byte of the body changes.
+    assert verifier(both, 0) and verifier(both, 1)
+    tampered = both.replace(b"\r\n\r\n", b"\r\n\r\nX", 1)
+    assert not verifier(tampered, 0) and not verifier(tampered, 1)
+
+    # Rotation renews both; the Ed25519 key, only ever a second signature, may go at any time,
+    # the only active RSA key may not.
+    rotated = on.post(f"{DOMAINS}/example.com/dkim/rotate", headers=auth).get_json()
+    pending = sorted(k["algorithm"] for k in rotated["dkim"] if k["status"] == "pending")
+    assert pending == ["ed25519-sha256", "rsa-sha256"]
+    deleted = client.delete(f"{DOMAINS}/example.com/dkim/{ed['selector']}", headers=auth)
+    assert deleted.status_code == 204
+    refused = client.delete(f"{DOMAINS}/example.com/dkim/{rsa_selector}", headers=auth)
+    assert refused.status_code == 409
+
+
+@BOTH
+def test_a_domain_made_with_ed25519_on_has_both_keys_to_publish(client, auth, config, dns_zone):
+    on = create_app(replace(config, dkim_ed25519=True)).test_client()
+    body = on.post(DOMAINS, json={"domain": "example.com"}, headers=auth).get_json()
+    assert sorted(k["algorithm"] for k in body["dkim"]) == ["ed25519-sha256", "rsa-sha256"]
+    dkim_records = [r for r in body["records"] if r["purpose"] == "dkim"]
+    assert sorted(r["value"].split(";")[1].strip() for r in dkim_records) == ["k=ed25519", "k=rsa"]
+    # Only the Ed25519 record published: not verified, the RSA signature is what counts.
+    ed_record = next(r for r in dkim_records if "k=ed25519" in r["value"])
+    dns_zone.publish([ed_record])
+    body = on.post(f"{DOMAINS}/example.com/verify", headers=auth).get_json()
+    assert body["status"] == "pending"
