@@ -860,14 +860,29 @@ class Engine:
         now = time.monotonic()
         await self._site_chores(now)
         for destination in list(self.destinations.values()):
+            if (
+                destination.queue
+                and destination.blocked_until
+                and destination.site is not None
+                and destination.runners == 0
+                and not destination.idle
+            ):
+                # Another process holds every slot of the site: its mail goes back to the
+                # queue, for the process that has the sessions, instead of filling this
+                # process's backlog while it waits.
+                destination.blocked_until = 0.0
+                self._give_back(destination)
             if destination.queue and destination.blocked_until and destination.blocked_until <= now:
                 destination.blocked_until = 0.0
                 self._pump(destination)
             # A session to a site holds one of the site's shared slots: let it go sooner.
             idle_limit = IDLE_SECONDS if destination.site is None else MX_IDLE_SECONDS
-            for session in list(destination.idle):
-                if now - session.last_used > idle_limit:
-                    destination.idle.remove(session)
+            # Taken out of the idle list before any is closed: closing awaits, and meanwhile a
+            # runner may take one of the others.
+            expired = [s for s in destination.idle if now - s.last_used > idle_limit]
+            if expired:
+                destination.idle = [s for s in destination.idle if s not in expired]
+                for session in expired:
                     await self._close(session)
             if (
                 destination.queue

@@ -14,7 +14,7 @@ import pytest
 
 from layang.delivery import sites
 from layang.delivery.worker import Worker
-from layang.models import Event, Recipient
+from layang.models import Event, Recipient, SiteState
 
 URL = "/v1/layang/transmissions"
 
@@ -219,6 +219,40 @@ def test_a_suspended_site_holds_its_mail_and_resume_releases_it(client, auth, mx
         running.stop()
     delays = Event.select().where(Event.status == "Delay").count()
     assert delays == 2  # one per recipient, however often the site was found closed
+
+
+def test_mail_for_a_site_whose_slots_another_process_holds_goes_back_to_the_queue(
+    client, auth, mx_config, internet, tmp_path
+):
+    shaping = tmp_path / "shaping.toml"
+    shaping.write_text('[site."mx.taken.example"]\nconnections = 2\n')
+    server = internet.server("mx.taken.example")
+    internet.domain("taken.example", (10, "mx.taken.example"))
+    # Another worker process holds both of the site's slots.
+    held = [sites.acquire_slot("mx.taken.example", "other", 2, 120_000) for _ in range(2)]
+    assert all(held)
+    addresses = [f"r{i}@taken.example" for i in range(6)]
+    send_to(client, auth, addresses)
+    running = Running(mx_config, shaping_file=str(shaping))
+    try:
+        # Refused a slot, the worker gives its claim back (for the process that has the
+        # sessions) rather than sit on it: unleased, no attempt charged, no event recorded.
+        def handed_back():
+            rows = Recipient.select().where(Recipient.address.in_(addresses))
+            state = SiteState.get_or_none(SiteState.site == "mx.taken.example")
+            refused = state is not None and state.wanted_by not in (None, "other")
+            return refused and any(r.lease_owner is None for r in rows)
+
+        wait_until(handed_back, 20, "the mail was not handed back")
+        assert server.delivered_to() == []
+        rows = list(Recipient.select().where(Recipient.address.in_(addresses)))
+        assert all(r.attempts == 0 and r.status == "Injection" for r in rows)
+        assert Event.select().where(Event.status == "Delay").count() == 0
+        sites.release_slots(held)
+        wait_until(lambda: len(server.delivered_to()) == 6, 30, "not delivered once freed")
+    finally:
+        running.stop()
+    assert collections.Counter(server.delivered_to()) == collections.Counter(addresses)
 
 
 def test_source_addresses_are_bound_with_their_ehlo_names(client, auth, mx_config, internet):
