@@ -601,13 +601,17 @@ def report_curve(curve: dict, args: argparse.Namespace) -> None:
     for site in curve["sites"][1:]:
         for second, count in site["buckets"].items():
             others[int(second)] += count
-    first = min(others) if others else 0
-    before = [others[s] for s in range(first + 1, int(start))]
-    during = [others[s] for s in range(int(start) + 1, int(end))]
+    if not others:
+        return
+    # Whole seconds only, and only while the other sites still had mail: the three before the
+    # 421s start (the start-up left out), and those from then until the others ran out.
+    first, last = min(others), max(s for s, count in others.items() if count)
+    before = [others[s] for s in range(max(first + 1, int(start) - 3), int(start))]
+    during = [others[s] for s in range(int(start) + 1, min(int(end), last - 1))]
     if before and during:
         print(
-            f"  other sites: {statistics.mean(before):.1f} msg/s before the 421s, "
-            f"{statistics.mean(during):.1f} msg/s while they last "
+            f"  other sites: {statistics.mean(before):.1f} msg/s in the 3 s before the 421s, "
+            f"{statistics.mean(during):.1f} msg/s while they last and the others have mail "
             f"({statistics.mean(during) / statistics.mean(before):.2f}x)"
         )
 
