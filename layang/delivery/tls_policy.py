@@ -45,6 +45,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, write_transaction
+from layang.delivery.mx import MAX_QUERIES, TRY_SECONDS
 from layang.mail.message import REQUIRETLS, TLS_OPTIONAL
 from layang.tls_trust import client_ssl_context, trusted_roots
 
@@ -101,15 +102,32 @@ class TlsSettings:
         return cls(**values)
 
 
+class _PacedResolver(dns.asyncresolver.Resolver):
+    """dnspython's asynchronous resolver with at most ``MAX_QUERIES`` look-ups in flight in
+    one event loop: the first batch of a campaign asks about hundreds of new domains at once,
+    and a resolver flooded that way drops some (each then waiting out a whole timeout)."""
+
+    _limit: asyncio.Semaphore | None = None
+    _limit_loop: asyncio.AbstractEventLoop | None = None
+
+    async def resolve(self, *args: Any, **kwargs: Any) -> dns.resolver.Answer:  # type: ignore[override]
+        loop = asyncio.get_running_loop()
+        if self._limit is None or self._limit_loop is not loop:
+            self._limit, self._limit_loop = asyncio.Semaphore(MAX_QUERIES), loop
+        async with self._limit:
+            return await super().resolve(*args, **kwargs)
+
+
 def dns_resolver(config: Config, timeout: float = 5.0) -> dns.asyncresolver.Resolver:
     """An asynchronous resolver at ``LAYANG_DNS_RESOLVER`` (or the system's), asking for
-    DNSSEC data so that a validating resolver's AD bit comes back."""
+    DNSSEC data so that a validating resolver's AD bit comes back. A query unanswered after
+    ``TRY_SECONDS`` is sent again (UDP may be lost), within ``timeout`` in all."""
     servers = config.dns_resolvers
-    resolver = dns.asyncresolver.Resolver(configure=not servers)
+    resolver = _PacedResolver(configure=not servers)
     if servers:
         resolver.nameservers = [dns.nameserver.Do53Nameserver(h, p) for h, p in servers]
     resolver.lifetime = timeout
-    resolver.timeout = timeout
+    resolver.timeout = min(TRY_SECONDS, timeout)
     resolver.use_edns(0, dns.flags.DO, 1232)
     return resolver
 
