@@ -5,7 +5,9 @@ text+HTML messages, then:
 
 - the raw loop sends the same number of pre-built messages over one reused smtplib connection
   (no database, no composing: the floor of what any Python sender can do);
-- one worker process claims, builds, sends and records them all, over one connection.
+- one worker process (``layang worker --processes 1``: its metrics count every delivery, and
+  its CPU is all in one process) claims, builds, sends and records them all, over as many
+  sessions as it opens to the sink (``LAYANG_WORKER_CONNECTIONS``, 200 by default).
 
 Printed: both rates and their ratio, the worker's rate for each successive 1,000 messages (flat
 means no cost grows with the queue), and CPU time per message of the worker process, of the sink
@@ -177,7 +179,7 @@ def worker_run(env: dict[str, str], count: int, sink_pid: int) -> dict[str, obje
     """Start one worker on the filled queue; its rate, per-1,000 rates and CPU use."""
     metrics_port = free_port()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "layang", "worker"],
+        [sys.executable, "-m", "layang", "worker", "--processes", "1"],
         cwd=ROOT,
         env={**env, "LAYANG_WORKER_METRICS_BIND": f"127.0.0.1:{metrics_port}"},
         stdout=subprocess.DEVNULL,
@@ -272,7 +274,10 @@ def main() -> None:
             run = worker_run(env, size, sink.pid)
             rates = run["per_thousand"]
             cpu = run["cpu_ms"]
-            print(f"{size} queued text+html messages, {backend}, {sink_name}, one connection each")
+            print(
+                f"{size} queued text+html messages, {backend}, {sink_name}; the raw loop over one "
+                "connection, one worker process over its own sessions"
+            )
             if args.suppressed:
                 print(f"  {args.suppressed} other addresses on the suppression list")
             print(f"  raw smtplib loop (pre-built bytes): {raw:8.1f} msg/s")
