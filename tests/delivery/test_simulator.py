@@ -220,8 +220,8 @@ def test_the_sandbox_still_refuses_real_recipients_and_other_senders(client, con
 
 
 def test_the_readmes_example_run_again_after_clearing_shows_the_same_outcomes(client, auth, worker):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### The mailbox simulator", 1)[1].split("## What it does", 1)[0]
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "delivery.md").read_text()
+    section = readme.split("## The mailbox simulator", 1)[1].split("\n## ", 1)[0]
     example = json.loads(re.search(r"-d '(\{.*?\})'", section, re.S).group(1))
     clear = re.search(r"curl -s -X DELETE \$API(/suppressions/\S+)", section).group(1)
 
