@@ -42,13 +42,16 @@ def discover() -> tuple[Migration, ...]:
     """Every ``vNNN_<name>`` module of this package as a ``Migration``, in version order.
 
     Each module holds ``NAME`` (a phrase) and ``statements(t: Dialect) -> list[str]``. Raises
-    ``ValueError`` when two modules claim one version.
+    ``ValueError`` when two modules claim one version, or a module looks like a migration
+    (``v`` and a digit) but is not named like one, rather than leave it out unnoticed.
     """
     found: dict[int, Migration] = {}
     folder = str(Path(__file__).parent)
     for module_info in pkgutil.iter_modules([folder]):
         match = VERSION_FILE.fullmatch(module_info.name)
         if not match:
+            if re.match(r"v\d", module_info.name):
+                raise ValueError(f"{module_info.name}: name a migration vNNN_<what_it_does>")
             continue
         version = int(match.group(1))
         if version in found:
