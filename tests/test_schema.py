@@ -7,6 +7,9 @@ import difflib
 import hashlib
 import json
 import re
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +24,12 @@ from layang.migrations.schema import (
     sections,
     sqlite_schema,
 )
+from tests.conftest import BACKENDS
 from tests.postgres.server import ADMIN_URL
+from tests.test_migrations import empty_database, process_env  # noqa: F401 - fixture
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "schema.sql"
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_FILE = ROOT / "docs" / "schema.sql"
 REGENERATE = (
     "python -m layang.migrations.schema --postgresql "
     "postgresql://postgres@127.0.0.1:5432/postgres > docs/schema.sql"
@@ -116,3 +122,36 @@ def test_released_migrations_are_never_edited():
     )
     unreleased = [v for v in found if v not in RELEASED]
     assert all(v > max(RELEASED) for v in unreleased), f"versions {unreleased} were inserted"
+
+
+# -- layang db schema ---------------------------------------------------------------------------
+
+
+def layang_db(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "layang", "db", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layang_db_schema_prints_the_databases_own_section(empty_database, backend, tmp_path):  # noqa: F811
+    url = empty_database()
+    env = process_env(tmp_path, url)
+    title = SQLITE_TITLE if backend == "sqlite" else POSTGRESQL_TITLE
+
+    if backend == "sqlite":
+        sqlite3.connect(url.split(":///", 1)[1]).close()  # a file, but no Layang database
+    refused = layang_db(env, "schema")
+    assert refused.returncode == 2, refused.stderr
+    assert "no Layang database" in refused.stderr
+    assert refused.stdout == ""
+    assert layang_db(env, "upgrade").returncode == 0
+
+    printed = layang_db(env, "schema")
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == held_sections()[title]

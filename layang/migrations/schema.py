@@ -118,6 +118,14 @@ def _tidy(sql: str) -> str:
     return "\n".join(tidied)
 
 
+def describe(url: str) -> str:
+    """The definitions of the database at ``url`` (a Layang database URL), as its backend's
+    section of ``docs/schema.sql`` shows them; reads only. Raises the driver's errors."""
+    if url.startswith("sqlite:"):
+        return describe_sqlite(url.split(":///", 1)[-1].split("?", 1)[0])
+    return describe_postgresql(url)
+
+
 def sqlite_schema() -> str:
     """The SQLite section: a throwaway SQLite file, migrated from nothing, described."""
     with tempfile.TemporaryDirectory(prefix="layang-schema-") as folder:
