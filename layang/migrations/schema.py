@@ -139,9 +139,13 @@ def sqlite_schema() -> str:
 
 # Each query reads one kind of object of the current schema, sorted, with the server's own
 # functions for the definitions (pg_get_*), so that nothing is spelt by hand.
+# Aggregates have no pg_get_functiondef, and an extension's functions are the extension's.
 _PG_FUNCTIONS = """
     SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p
-    WHERE p.pronamespace = current_schema()::regnamespace ORDER BY p.proname"""
+    WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind IN ('f', 'p')
+      AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                      AND d.objid = p.oid AND d.deptype = 'e')
+    ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)"""
 _PG_TABLES = """
     SELECT c.oid, c.relname FROM pg_class c
     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
