@@ -58,15 +58,14 @@ HEADER = f"""\
 """
 
 
-def section_heading(title: str) -> str:
+def _heading(title: str) -> str:
     return f"{_RULE}\n-- {title}\n{_RULE}\n"
 
 
 def render(postgresql: str, sqlite: str) -> str:
     """The whole of ``docs/schema.sql`` from its two sections' bodies."""
     return (
-        f"{HEADER}\n{section_heading(POSTGRESQL_TITLE)}\n{postgresql}\n"
-        f"{section_heading(SQLITE_TITLE)}\n{sqlite}"
+        f"{HEADER}\n{_heading(POSTGRESQL_TITLE)}\n{postgresql}\n{_heading(SQLITE_TITLE)}\n{sqlite}"
     )
 
 
@@ -91,7 +90,7 @@ def describe_sqlite(path: str | Path) -> str:
     """Every table, index and trigger of the SQLite database at ``path``, as SQLite stores their
     ``CREATE`` statements (an ``ALTER TABLE … ADD COLUMN`` is folded into its table's), one
     table after another in name order, each followed by its indexes and triggers."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
     try:
         rows = conn.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master "
@@ -99,15 +98,15 @@ def describe_sqlite(path: str | Path) -> str:
         ).fetchall()
     finally:
         conn.close()
-    rows.sort(key=lambda row: (row[2], _SQLITE_KINDS[row[0]], row[1]))
+    rows.sort(key=lambda row: (row[2], _SQLITE_KINDS.get(row[0], len(_SQLITE_KINDS)), row[1]))
     return "".join(
         ("\n" if kind == "table" else "") + _tidy(sql) + ";\n" for kind, _, _, sql in rows
     ).removeprefix("\n")
 
 
 def _tidy(sql: str) -> str:
-    # The statements keep the indentation of the Python source they were written in; show each
-    # continuation line indented by four spaces instead, whatever its depth there.
+    # SQLite keeps each statement as written, indented for the Python source it came from:
+    # shift its continuation lines so that the least indented sits four spaces in.
     first, *rest = sql.strip().splitlines()
     lines = [line for line in rest if line.strip()]
     margin = min((len(line) - len(line.lstrip()) for line in lines), default=0)
