@@ -31,7 +31,7 @@ LAYERS = {
     "layang.web": 6,
     "layang.submission": 6,
     "layang.inbound": 6,
-    "layang.smtpd": 5,
+    "layang.smtp_server": 5,
     "layang.domain": 4,
     "layang.delivery": 3,
     "layang.webhooks": 3,
@@ -62,7 +62,7 @@ NAMES = {
 FORBIDDEN = [
     *((way, "layang.delivery") for way in ("layang.api", "layang.web", "layang.submission")),
     ("layang.inbound", "layang.delivery"),
-    ("layang.smtpd", "layang.delivery"),
+    ("layang.smtp_server", "layang.delivery"),
     ("layang.domain", "layang.delivery"),
     ("layang.delivery", "layang.webhooks"),
     ("layang.webhooks", "layang.delivery"),

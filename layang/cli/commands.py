@@ -21,6 +21,7 @@ from layang.domain import accounts, breaker, sending_domains
 from layang.domain.errors import LayangError, NotFound
 from layang.logs import configure_logging
 from layang.migrations import upgrade, upgrade_once
+from layang.migrations.schema import describe as describe_schema
 from layang.models import FULL, SCOPES, Account
 from layang.serving.preflight import (
     CREATE,
@@ -405,6 +406,21 @@ def db_upgrade() -> None:
     open_database(config.database_url)
     applied = upgrade()
     emit({"applied": applied})
+
+
+@Uses(Needs(EXISTING), STORE)
+@db.command("schema")
+def db_schema() -> None:
+    """Print the database's tables, indexes and triggers (never migrates it).
+
+    As its backend's section of docs/schema.sql shows them: the same text once the database is
+    upgraded, so a difference shows what the database lacks or holds besides."""
+    config, _ = prepare()
+    open_database(config.database_url)
+    if not database.table_exists("account"):
+        fail(str(NoDatabase(config.database_url)))
+    database.close()
+    click.echo(describe_schema(config.database_url), nl=False)
 
 
 @main.group("accounts")

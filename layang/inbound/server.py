@@ -28,8 +28,8 @@ from layang.inbound.dmarc_reports import NotAReport, read_aggregate_reports
 from layang.inbound.parsing import ReportReader
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
-from layang.smtpd.capped import CappedSMTP, ListeningController
-from layang.smtpd.limits import ConnectionLimits
+from layang.smtp_server.capped import CappedSMTP, ListeningController
+from layang.smtp_server.limits import ConnectionLimits
 
 log = logging.getLogger("layang.inbound")
 

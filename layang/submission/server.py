@@ -41,8 +41,8 @@ from layang.domain.sending_domains import check_sender_domain
 from layang.mail.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.mail.submitted import prepare_submission
 from layang.models import SEND, Account
-from layang.smtpd.capped import CappedSMTP, ListeningController
-from layang.smtpd.limits import AUTH_FAILURES_PER_CONNECTION, ConnectionLimits
+from layang.smtp_server.capped import CappedSMTP, ListeningController
+from layang.smtp_server.limits import AUTH_FAILURES_PER_CONNECTION, ConnectionLimits
 from layang.submission.tls import server_tls_context
 
 log = logging.getLogger("layang.smtpd")

@@ -10,7 +10,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP
 
-from layang.smtpd.limits import ConnectionLimits
+from layang.smtp_server.limits import ConnectionLimits
 
 # aiosmtpd 1.4's own replies for a message over ``data_size_limit``.
 TOO_LARGE_REPLIES = frozenset(
