@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from layang.delivery.tls_policy import StsPolicy, TransportPolicy
+from layang.destinations import tlsrpt
+from layang.destinations.mta_sts import StsPolicy
+from layang.destinations.policy import TransportPolicy
 from layang.domain import accounts
-from layang.mail import tlsrpt
 from layang.models import Event, Recipient
 from tests.browser import screenshot
 from tests.conftest import drain

@@ -15,22 +15,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import dns.asyncresolver
 import flask
 import pytest
 from cryptography.hazmat.primitives import serialization
 
 from layang.config import Config
-from layang.delivery import tls_policy
-from layang.delivery.tls_policy import (
-    TLS_OPTIONAL,
+from layang.destinations.certificates import ssl_context
+from layang.destinations.dns import MAX_QUERIES, TRY_SECONDS, policy_resolver
+from layang.destinations.mta_sts import mx_matches
+from layang.destinations.policy import (
     TlsCheck,
     TlsSettings,
     TransportPolicy,
     check_session,
-    dns_resolver,
     policy_for,
-    ssl_context,
 )
+from layang.mail.message import TLS_OPTIONAL
 from tests.conftest import BACKENDS
 from tests.dns_server import Zone
 from tests.policy_server import PolicyServer
@@ -59,7 +60,7 @@ class World:
 
     def policy(self, *hosts: str, **changes: object) -> TransportPolicy:
         settings = replace(self.settings, **changes) if changes else self.settings
-        resolver = dns_resolver(self.config, timeout=3)
+        resolver = policy_resolver(self.config, timeout=3)
         return asyncio.run(policy_for(DOMAIN, hosts or (MX1,), resolver, settings=settings))
 
 
@@ -397,10 +398,10 @@ def test_dane_needs_a_configured_resolver(config: Config) -> None:
 
 
 def test_mx_pattern_matching() -> None:
-    assert tls_policy.mx_matches("*.example.net", "mx1.example.net")
-    assert not tls_policy.mx_matches("*.example.net", "a.b.example.net")
-    assert not tls_policy.mx_matches("*.example.net", "example.net")
-    assert tls_policy.mx_matches("MX.Example.NET.", "mx.example.net")
+    assert mx_matches("*.example.net", "mx1.example.net")
+    assert not mx_matches("*.example.net", "a.b.example.net")
+    assert not mx_matches("*.example.net", "example.net")
+    assert mx_matches("MX.Example.NET.", "mx.example.net")
 
 
 # --- TLS required by a shaping rule or by the message --------------------------------------
@@ -462,9 +463,7 @@ def test_policy_look_ups_are_paced_and_resent(monkeypatch):
     # go out together, and a lost query is sent again after TRY_SECONDS, not after the whole
     # look-up's time (a flooded resolver drops queries; each once cost 5 s of that domain's
     # mail).
-    from layang.delivery.mx import MAX_QUERIES, TRY_SECONDS
-
-    resolver = tls_policy.dns_resolver(Config(secret_key="x", dns_resolver="127.0.0.1:53"))
+    resolver = policy_resolver(Config(secret_key="x", dns_resolver="127.0.0.1:53"))
     assert resolver.timeout == TRY_SECONDS < resolver.lifetime == 5.0
     in_flight = most = 0
 
@@ -476,7 +475,7 @@ def test_policy_look_ups_are_paced_and_resent(monkeypatch):
         in_flight -= 1
         return None
 
-    monkeypatch.setattr(tls_policy.dns.asyncresolver.Resolver, "resolve", slow_answer)
+    monkeypatch.setattr(dns.asyncresolver.Resolver, "resolve", slow_answer)
 
     async def burst():
         await asyncio.gather(

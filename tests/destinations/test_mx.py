@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from layang.delivery.mx import MxFailure, MxResolver, remember_sites
-from layang.delivery.shaping import Shaping
+from layang.destinations.mx import MxFailure, MxResolver, remember_sites
+from layang.destinations.shaping import Shaping
 from layang.models import MxDomain
 
 
