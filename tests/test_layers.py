@@ -26,6 +26,8 @@ module or a lazy import cannot slip past.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -251,3 +253,21 @@ def test_only_the_resolver_factory_builds_dns_resolvers():
     assert not elsewhere, "build resolvers with layang.destinations.dns: " + "; ".join(elsewhere)
     factory = ROOT / (RESOLVER_FACTORY.replace(".", "/") + ".py")
     assert dns_resolvers_built(factory)  # the check sees the resolvers the factory builds
+
+
+def test_the_wire_client_loads_no_database_module():
+    # The rule above reads the client's own imports; this one what they bring along.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, layang.delivery.smtp; "
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'peewee' "
+            "or m in ('layang.db', 'layang.models')))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.split() == []
