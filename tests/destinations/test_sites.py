@@ -97,6 +97,34 @@ def test_an_operator_suspends_and_resumes_a_site(db):
     assert sites.gate(SITE, 10, now=T0 + 60_000).state == "ok"
 
 
+def test_the_queue_views_read_states_sessions_and_the_sites_holding_mail_back(db):
+    other, quiet = "mx.other.example", "mx.quiet.example"
+    sites.acquire_slot(SITE, "w1", 10, 60_000, now=T0)
+    sites.acquire_slot(SITE, "w2", 10, 60_000, now=T0)
+    sites.acquire_slot(quiet, "w1", 10, 1_000, now=T0)  # its lease runs out
+    sites.slow_down(SITE, GMAIL, 10, now=T0)
+    sites.suspend(other, None, "suspended by the operator", now=T0)
+
+    assert sites.session_counts(now=T0 + 2_000) == {SITE: 2}
+    # A site asked for is read; a throttled or suspended one is there unasked.
+    views = sites.views([quiet], now=T0 + 2_000)
+    assert set(views) == {SITE, other, quiet}
+    assert (views[SITE].state, views[SITE].limit, views[SITE].last_reply) == (
+        "throttled",
+        5,
+        GMAIL,
+    )
+    assert (views[other].state, views[other].until_ms, views[other].reason) == (
+        "suspended",
+        None,
+        "suspended by the operator",
+    )
+    assert (views[quiet].state, views[quiet].limit, views[quiet].reason) == ("ok", 10, None)
+    assert {view.site for view in sites.held_back(now=T0 + 2_000)} == {SITE, other}
+    sites.resume(other, now=T0 + 3_000)
+    assert [view.site for view in sites.held_back(now=T0 + 3_000)] == [SITE]
+
+
 def test_slots_hold_the_limit_and_dead_owners_lose_theirs(db):
     held = [sites.acquire_slot(SITE, "w1", 3, 1_000, now=T0) for _ in range(4)]
     assert held[3] is None and all(held[:3])
