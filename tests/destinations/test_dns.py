@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 from dataclasses import replace
 
+import dns.asyncresolver
 import dns.flags
 import pytest
 
@@ -108,3 +109,33 @@ def test_a_paced_resolver_keeps_at_most_max_queries_in_flight(dns_zone: Zone):
 
     assert asyncio.run(burst(async_resolver(servers, timeout=5.0, paced=True))) == MAX_QUERIES
     assert asyncio.run(burst(async_resolver(servers, timeout=5.0))) == MAX_QUERIES + 8
+
+
+def test_policy_look_ups_are_paced_and_resent(monkeypatch):
+    # A campaign's first batch asks about hundreds of new domains at once: at most MAX_QUERIES
+    # go out together, and a lost query is sent again after TRY_SECONDS, not after the whole
+    # look-up's time (a flooded resolver drops queries; each once cost 5 s of that domain's
+    # mail).
+    resolver = policy_resolver(Config(secret_key="x", dns_resolver="127.0.0.1:53"))
+    assert resolver.timeout == TRY_SECONDS < resolver.lifetime == 5.0
+    in_flight = most = 0
+
+    async def slow_answer(self, *args, **kwargs):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return None
+
+    monkeypatch.setattr(dns.asyncresolver.Resolver, "resolve", slow_answer)
+
+    async def burst():
+        await asyncio.gather(
+            *(resolver.resolve(f"_mta-sts.d{n}.example", "TXT") for n in range(200))
+        )
+
+    asyncio.run(burst())
+    assert most == MAX_QUERIES
+    asyncio.run(burst())  # a second event loop gets its own limit
+    assert most == MAX_QUERIES
