@@ -537,7 +537,7 @@ MODELS.append(ConsoleSession)
 
 class MtaStsPolicy(BaseModel):
     """A recipient domain's MTA-STS policy, cached for every worker until ``expires_at``
-    (see ``layang.delivery.tls_policy``)."""
+    (see ``layang.destinations.mta_sts``)."""
 
     domain = peewee.CharField(primary_key=True, max_length=255)
     policy_id = peewee.CharField(max_length=32)

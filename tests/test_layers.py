@@ -1,13 +1,23 @@
 """The layers import one way, never back up:
 
     processes (cli, serving) → ways in (api, web, submission, inbound) → what the SMTP servers
-    share (smtpd) → domain → delivery engines (delivery, webhooks) → the mail vocabulary (mail)
-    → queue machinery (queueing) → infrastructure (config, db, models, sealing…)
+    share (smtp_server) → domain → delivery engines (delivery, webhooks) → what Layang knows about
+    destinations (destinations) → the mail vocabulary (mail) → queue machinery (queueing)
+    → infrastructure (config, db, models, sealing…)
 
-with three rules the levels alone do not say: only the processes start deliveries (nothing else
-imports ``layang.delivery``), the two engines do not import each other, and the template
-language (``templates_store``) and the SDK (``layang_client``) import nothing of the service.
-Only ``layang.config`` reads the environment.
+``layang.destinations`` (MX, shaping, shared site state, transport security, TLS-RPT, the DNS
+resolvers) sits below the domain and the engines, which both read and record through it, and
+above the mail vocabulary, because TLS-RPT reports are mail: queued through the outbox
+(``layang.mail.outbox``) and signed with an account's DKIM key, and a transport policy honours
+a message's REQUIRETLS (``layang.mail.message``). The mail vocabulary knows nothing of where
+mail goes.
+
+Rules the levels alone do not say: only the processes start deliveries (nothing else imports
+``layang.delivery``), the two engines do not import each other, the wire client (the SMTP client
+of ``layang.delivery.smtp``) knows no database, only ``layang.destinations.dns`` builds DNS
+resolvers, and the template language (``templates_store``) and the SDK (``layang_client``)
+import nothing of the service. Only ``layang.config`` reads the environment. docs/architecture.md
+draws the same layers.
 
 Read from the source (every ``import`` statement, including those inside functions), so a new
 module or a lazy import cannot slip past.
@@ -16,6 +26,8 @@ module or a lazy import cannot slip past.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,17 +36,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Higher numbers may import lower ones (and their own level), never higher ones.
 LAYERS = {
-    "layang.cli": 7,
-    "layang.serving": 7,
-    "layang.__main__": 7,
-    "layang.api": 6,
-    "layang.web": 6,
-    "layang.submission": 6,
-    "layang.inbound": 6,
-    "layang.smtp_server": 5,
-    "layang.domain": 4,
-    "layang.delivery": 3,
-    "layang.webhooks": 3,
+    "layang.cli": 8,
+    "layang.serving": 8,
+    "layang.__main__": 8,
+    "layang.api": 7,
+    "layang.web": 7,
+    "layang.submission": 7,
+    "layang.inbound": 7,
+    "layang.smtp_server": 6,
+    "layang.domain": 5,
+    "layang.delivery": 4,
+    "layang.webhooks": 4,
+    "layang.destinations": 3,
     "layang.mail": 2,
     "layang.queueing": 1,
     "layang.config": 0,
@@ -49,11 +62,12 @@ LAYERS = {
     "layang.tls_trust": 0,
 }
 NAMES = {
-    7: "processes",
-    6: "ways in",
-    5: "SMTP server parts",
-    4: "domain",
-    3: "delivery engines",
+    8: "processes",
+    7: "ways in",
+    6: "SMTP server parts",
+    5: "domain",
+    4: "delivery engines",
+    3: "destinations",
     2: "mail",
     1: "queueing",
     0: "infrastructure",
@@ -66,6 +80,9 @@ FORBIDDEN = [
     ("layang.domain", "layang.delivery"),
     ("layang.delivery", "layang.webhooks"),
     ("layang.webhooks", "layang.delivery"),
+    # The wire client speaks SMTP and nothing else: what a session means for the queue or a
+    # site is recorded by its callers.
+    *(("layang.delivery.smtp", store) for store in ("layang.db", "layang.models", "peewee")),
 ]
 # The SDK's public home re-exports it; the SDK is checked on its own below.
 EXEMPT = {"layang", "layang.client"}
@@ -166,3 +183,91 @@ def test_only_config_reads_the_environment():
             if reads:
                 readers.append(f"{path.relative_to(ROOT)} line {node.lineno}")
     assert not readers
+
+
+# Building a resolver, or looking up through dnspython's default one, anywhere else would skip
+# LAYANG_DNS_RESOLVER (and the tests' own DNS server).
+DNS_MODULES = ("dns.resolver", "dns.asyncresolver", "dns.query")
+DNS_BUILDERS = {
+    "Resolver",
+    "make_resolver_at",
+    "get_default_resolver",
+    "reset_default_resolver",
+    "resolve",
+    "resolve_at",
+    "resolve_address",
+    "resolve_name",
+    "query",
+    "canonical_name",
+    "zone_for_name",
+}
+RESOLVER_FACTORY = "layang.destinations.dns"
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def dns_resolvers_built(path: Path) -> list[str]:
+    """Where ``path`` builds a DNS resolver or looks up without one it was given: a call of
+    (or a class derived from) dnspython's resolvers, or of its module-level look-ups."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in DNS_MODULES
+        for alias in node.names
+        if alias.name in DNS_BUILDERS or node.module == "dns.query"
+    }
+
+    def builds(target: ast.expr) -> bool:
+        if isinstance(target, ast.Attribute):
+            module = _dotted(target.value)
+            return module in DNS_MODULES and (module == "dns.query" or target.attr in DNS_BUILDERS)
+        return isinstance(target, ast.Name) and target.id in imported
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and builds(node.func):
+            found.append(f"{path.relative_to(ROOT)} line {node.lineno}: {_dotted(node.func)}()")
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                f"{path.relative_to(ROOT)} line {node.lineno}: class {node.name}({_dotted(b)})"
+                for b in node.bases
+                if builds(b)
+            ]
+    return found
+
+
+def test_only_the_resolver_factory_builds_dns_resolvers():
+    elsewhere = [
+        place
+        for path in SERVICE
+        if module_name(path) != RESOLVER_FACTORY
+        for place in dns_resolvers_built(path)
+    ]
+    assert not elsewhere, "build resolvers with layang.destinations.dns: " + "; ".join(elsewhere)
+    factory = ROOT / (RESOLVER_FACTORY.replace(".", "/") + ".py")
+    assert dns_resolvers_built(factory)  # the check sees the resolvers the factory builds
+
+
+def test_the_wire_client_loads_no_database_module():
+    # The rule above reads the client's own imports; this one what they bring along.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, layang.delivery.smtp; "
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'peewee' "
+            "or m in ('layang.db', 'layang.models')))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.split() == []

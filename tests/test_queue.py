@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from layang.cli.commands import main
 from layang.clock import now_ms
-from layang.delivery import sites
-from layang.delivery.mx import remember_sites
+from layang.destinations import sites
+from layang.destinations.mx import remember_sites
 from layang.domain import accounts
 from layang.metrics import site_outcome
 from tests.conftest import BACKENDS

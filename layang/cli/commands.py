@@ -596,7 +596,7 @@ def tlsrpt_group() -> None:
 @click.option("--day", help="The UTC day, YYYY-MM-DD (default: yesterday).")
 def tlsrpt_send(day: str | None) -> None:
     """Send the reports of DAY now (each domain's once); prints each domain's outcome."""
-    from layang.mail import tlsrpt
+    from layang.destinations import tlsrpt
 
     config, _ = prepare()
     if not config.tlsrpt:
@@ -655,7 +655,7 @@ def queue_suspend(site: str, duration: float | None) -> None:
     resumed; prints the site."""
     from layang.cli.queue import site_json
     from layang.clock import now_ms
-    from layang.delivery import sites
+    from layang.destinations import sites
     from layang.domain.queue_view import site_named, site_queues
 
     config, _ = prepare()
@@ -673,7 +673,7 @@ def queue_resume(site: str) -> None:
     """Let mail flow to SITE (or the site of a recipient domain) again at its full limit;
     prints the site."""
     from layang.cli.queue import site_json
-    from layang.delivery import sites
+    from layang.destinations import sites
     from layang.domain.queue_view import site_named, site_queues
 
     config, _ = prepare()

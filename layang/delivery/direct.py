@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import dns.asyncresolver
 
 from layang.config import Config
-from layang.delivery.mx import Destination, MxHost, MxResolver
-from layang.delivery.shaping import Shaping
 from layang.delivery.smtp import Refused, SmtpSession
-from layang.delivery.tls_policy import TlsSettings, ssl_context
-from layang.delivery.tls_policy import dns_resolver as policy_resolver
+from layang.destinations.certificates import ssl_context
+from layang.destinations.dns import policy_resolver
+from layang.destinations.mx import Destination, MxHost, MxResolver
+from layang.destinations.policy import TlsSettings
+from layang.destinations.shaping import Shaping
 
 CONNECT_TIMEOUT = 30.0
 REPLY_TIMEOUT = 120.0

@@ -32,18 +32,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
-from layang.delivery import sites, tls_policy
 from layang.delivery.direct import MxRoute, open_session
-from layang.delivery.mx import TEMPORARY, MxFailure, remember_sites
-from layang.delivery.mx import Destination as MxDestination
 from layang.delivery.queue import ClaimedRecipient
 from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult, SmtpRelay
 from layang.delivery.routes import Route
-from layang.delivery.shaping import SiteRule
-from layang.delivery.sites import is_slow_down
 from layang.delivery.smtp import Envelope, Refused, SmtpSession, Stale
-from layang.delivery.tls_policy import OPPORTUNISTIC, TransportPolicy
-from layang.mail import tlsrpt
+from layang.destinations import policy as tls_policy
+from layang.destinations import sites, tlsrpt
+from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
+from layang.destinations.mx import Destination as MxDestination
+from layang.destinations.policy import OPPORTUNISTIC, TransportPolicy
+from layang.destinations.shaping import SiteRule, is_slow_down
 from layang.mail.message import REQUIRETLS
 from layang.metrics import site_outcome
 

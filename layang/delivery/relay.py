@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from layang.delivery.tls_policy import verification_failure
+from layang.destinations.certificates import verification_failure
 from layang.mail.wire import crlf, data_section
 from layang.tls_trust import client_ssl_context
 

@@ -209,7 +209,7 @@ class SmtpSession:
     def requiretls_refusal(self, trusted_cafile: str | None = None) -> str | None:
         """Why this session cannot carry a REQUIRETLS message (RFC 8689: TLS, a certificate
         valid for the server's name, REQUIRETLS advertised), or None."""
-        from layang.delivery.tls_policy import verification_failure
+        from layang.destinations.certificates import verification_failure
 
         ssl_object = self.ssl_object
         if ssl_object is None:
@@ -674,7 +674,7 @@ class _Done(list):  # type: ignore[type-arg]
 
 
 def _slow_down(text: str) -> bool:
-    from layang.delivery.sites import is_slow_down
+    from layang.destinations.shaping import is_slow_down
 
     return is_slow_down(f"421 {text}")
 

@@ -42,9 +42,9 @@ from layang.delivery.queue import (
 )
 from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
-from layang.delivery.sites import Throttle
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
+from layang.destinations.sites import Throttle
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency

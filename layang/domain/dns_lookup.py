@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dns.exception
-import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 import dns.reversename
 
 from layang.config import Config
+from layang.destinations.dns import lookup_resolver
 
 TIMEOUT_SECONDS = 3.0
 
@@ -29,18 +29,11 @@ class Answer:
 
 
 class DnsLookup:
-    """Looks names up at ``LAYANG_DNS_RESOLVER``'s servers, or the system's resolver."""
+    """Looks names up at ``LAYANG_DNS_RESOLVER``'s servers, or the system's resolver, asking
+    again every time (a check says what DNS answers now); ``timeout`` in seconds."""
 
     def __init__(self, config: Config, timeout: float = TIMEOUT_SECONDS) -> None:
-        servers = config.dns_resolvers
-        self.resolver = dns.resolver.Resolver(configure=not servers)
-        if servers:
-            self.resolver.nameservers = [
-                dns.nameserver.Do53Nameserver(host, port) for host, port in servers
-            ]
-        self.resolver.lifetime = timeout
-        self.resolver.timeout = timeout
-        self.resolver.cache = None  # a check says what DNS answers now
+        self.resolver = lookup_resolver(config, timeout)
 
     def _resolve(self, name: str, rdtype: str) -> tuple[list[object], str | None]:
         try:

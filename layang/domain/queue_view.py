@@ -2,9 +2,11 @@
 and by recipient domain (an account's own view).
 
 Waiting mail is every recipient with a next attempt (``next_attempt_at`` set), grouped by its
-``domain`` and joined to the site that domain last resolved to (``mx_domain``); a domain not
-resolved yet is its own site. The state of each site is what the senders share in
-``site_state`` (see ``layang.delivery.sites``), its sessions the live ``site_slot`` rows.
+``domain`` and placed in the site that domain last resolved to
+(:func:`layang.destinations.mx.sites_of`); a domain not resolved yet is its own site. The state
+of each site and its open sessions are what the senders share (:mod:`layang.destinations.sites`).
+The queue is described in docs/delivery.md and served as ``GET /v1/layang/queue``
+(docs/api.md).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 import peewee
 
 from layang.clock import now_ms
-from layang.models import OK, MxDomain, Recipient, SiteSlot, SiteState
+from layang.destinations import mx, sites
+from layang.destinations.sites import SiteView
+from layang.models import OK, Recipient
 
 
 @dataclass(frozen=True)
@@ -55,31 +59,28 @@ def _waiting_by_domain(account_id: int | None, now: int) -> list[tuple[str, str,
     query = (
         Recipient.select(
             Recipient.domain,
-            MxDomain.site,
             peewee.fn.COUNT(Recipient.id),
             peewee.fn.SUM(in_flight),
             peewee.fn.MIN(Recipient.created_at),
         )
-        .join(MxDomain, peewee.JOIN.LEFT_OUTER, on=(MxDomain.domain == Recipient.domain))
         .where(Recipient.next_attempt_at.is_null(False))
-        .group_by(Recipient.domain, MxDomain.site)
+        .group_by(Recipient.domain)
     )
     if account_id is not None:
         query = query.where(Recipient.account == account_id)
+    waiting = list(query.tuples())
+    site_of = mx.sites_of(domain for domain, _, _, _ in waiting if domain)
     return [
-        (domain or "", site or domain or "", count, held or 0, oldest)
-        for domain, site, count, held, oldest in query.tuples()
+        (domain or "", site_of.get(domain) or domain or "", count, held or 0, oldest)
+        for domain, count, held, oldest in waiting
     ]
 
 
-def _states(sites: set[str]) -> dict[str, SiteState]:
-    """The state rows of ``sites`` and of every site that may be holding mail back."""
-    rows = {row.site: row for row in SiteState.holding_back()}
-    wanted = sorted(set(sites) - set(rows))
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        rows.update({row.site: row for row in SiteState.select().where(SiteState.site.in_(chunk))})
-    return rows
+def _shown(view: SiteView | None) -> tuple[str, int | None, str | None]:
+    """(state, until when, why) of a site as the views show it; no state is ``ok``."""
+    if view is None:
+        return OK, None, None
+    return view.state, view.until_ms, view.reason
 
 
 def site_queues(now: int | None = None) -> list[SiteQueue]:
@@ -92,20 +93,15 @@ def site_queues(now: int | None = None) -> list[SiteQueue]:
         entry[0].append(domain)
         entry[1] += queued
         entry[2] += held
-    sessions = dict(
-        SiteSlot.select(SiteSlot.site, peewee.fn.COUNT(SiteSlot.id))
-        .where(SiteSlot.expires_at > now)
-        .group_by(SiteSlot.site)
-        .tuples()
-    )
-    states = _states(set(totals) | set(sessions))
+    sessions = sites.session_counts(now=now)
+    states = sites.views(set(totals) | set(sessions), now=now)
     names = set(totals) | set(sessions)
-    names |= {site for site, row in states.items() if row.shown(now)[0] != OK}
+    names |= {site for site, view in states.items() if view.state != OK}
     rows = []
     for site in names:
         domains, queued, held = totals.get(site, [[], 0, 0])
         state = states.get(site)
-        shown, until = state.shown(now) if state is not None else (OK, None)
+        shown, until, reason = _shown(state)
         rows.append(
             SiteQueue(
                 site=site,
@@ -113,10 +109,10 @@ def site_queues(now: int | None = None) -> list[SiteQueue]:
                 queued=queued,
                 in_flight=held,
                 sessions=sessions.get(site, 0),
-                limit=state.limit() if state is not None else None,
+                limit=state.limit if state is not None else None,
                 state=shown,
                 until_ms=until,
-                reason=state.reason if state is not None and shown != OK else None,
+                reason=reason,
                 last_reply=state.last_reply if state is not None else None,
             )
         )
@@ -127,12 +123,10 @@ def account_queue(account_id: int, now: int | None = None) -> list[DomainQueue]:
     """The account's waiting mail by recipient domain, most first."""
     now = now_ms() if now is None else now
     waiting = _waiting_by_domain(account_id, now)
-    states = _states({site for _, site, _, _, _ in waiting})
+    states = sites.views({site for _, site, _, _, _ in waiting}, now=now)
     items = []
     for domain, site, queued, _, oldest in waiting:
-        state = states.get(site)
-        shown, until = state.shown(now) if state is not None else (OK, None)
-        reason = state.reason if state is not None and shown != OK else None
+        shown, until, reason = _shown(states.get(site))
         items.append(DomainQueue(domain, site, queued, oldest, shown, reason, until))
     return sorted(items, key=lambda item: (-item.queued, item.domain))
 
@@ -140,8 +134,7 @@ def account_queue(account_id: int, now: int | None = None) -> list[DomainQueue]:
 def site_named(name: str) -> str:
     """The site ``name`` means: the site of a recipient domain it names, else itself."""
     name = name.strip().rstrip(".").lower()
-    row = MxDomain.get_or_none(MxDomain.domain == name)
-    return row.site if row is not None else name
+    return mx.site_of(name) or name
 
 
 def attention_sites(now: int | None = None) -> list[SiteQueue]:
@@ -153,7 +146,6 @@ def account_attention(account_id: int, now: int | None = None) -> list[DomainQue
     """The account's recipient domains whose mail waits on a throttled or suspended site;
     one small query when no site is (the usual case)."""
     now = now_ms() if now is None else now
-    waiting = [row for row in SiteState.holding_back() if row.shown(now)[0] != OK]
-    if not waiting:
+    if not sites.held_back(now=now):
         return []
     return [item for item in account_queue(account_id, now) if item.state != OK]

@@ -24,8 +24,8 @@ from pathlib import Path
 from layang.config import Config, parse_bind
 from layang.db import POSTGRESQL_CONNECT_DEFAULTS, error_summary
 from layang.delivery.relay import CaptureRelay, RelayConfigError, redact_url, relay_from_url
-from layang.delivery.shaping import VARIABLE as SHAPING_VARIABLE
-from layang.delivery.shaping import Shaping, ShapingError
+from layang.destinations.shaping import VARIABLE as SHAPING_VARIABLE
+from layang.destinations.shaping import Shaping, ShapingError
 
 CREATE = "create"
 """The command creates the database (and its directory) when it is missing."""

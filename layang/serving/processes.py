@@ -167,8 +167,8 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
         from layang.metrics import serve_process_metrics
 
         serve_process_metrics(metrics_listener)
+    from layang.destinations import tlsrpt
     from layang.domain import housekeeping
-    from layang.mail import tlsrpt
 
     # Yesterday's TLS-RPT reports go out once, from whichever worker gets there first.
     return Worker(config, chores=[housekeeping.delete_expired, lambda: tlsrpt.due_reports(config)])

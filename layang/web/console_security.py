@@ -8,7 +8,7 @@ from typing import Any
 import flask
 from flask import render_template
 
-from layang.mail.tlsrpt import recent_security
+from layang.destinations.tlsrpt import recent_security
 from layang.models import Account
 from layang.web.console import signed_in
 

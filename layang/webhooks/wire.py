@@ -27,10 +27,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import dns.asyncresolver
 import dns.exception
-import dns.nameserver
 import dns.resolver
 import httpx
 
+from layang.destinations.dns import async_resolver
 from layang.models import WebhookEndpoint
 from layang.sealing import unseal
 
@@ -202,11 +202,8 @@ class Resolver:
     def __init__(self, servers: Sequence[tuple[str, int]] = (), timeout: float = 5.0) -> None:
         self.dns: dns.asyncresolver.Resolver | None = None
         if servers:
-            self.dns = dns.asyncresolver.Resolver(configure=False)
-            self.dns.nameservers = [dns.nameserver.Do53Nameserver(h, p) for h, p in servers]
-            self.dns.lifetime = timeout
-            self.dns.timeout = timeout
-            self.dns.cache = None  # every delivery checks what the name points at now
+            # Not cached: every delivery checks what the name points at now.
+            self.dns = async_resolver(servers, timeout=timeout)
 
     async def addresses(self, host: str, port: int) -> list[IpAddress]:
         """Every address ``host`` resolves to, in order. Raises ``Refused``."""

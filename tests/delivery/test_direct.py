@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import pytest
 
-from layang.delivery import sites
 from layang.delivery.queue import RECIPIENTS, claim_due_recipients
 from layang.delivery.worker import Worker
+from layang.destinations import sites
 from layang.models import Event, Recipient, SiteState
 
 URL = "/v1/layang/transmissions"

@@ -11,7 +11,7 @@ import pytest
 
 from layang.models import Event, Recipient
 from tests.delivery.test_direct import Running, last_event, send_to, wait_until
-from tests.delivery.test_tls_policy import server_context, tlsa_data
+from tests.destinations.transport import server_context, tlsa_data
 from tests.policy_server import PolicyServer
 from tests.tls_pki import LocalCA
 from tests.upstream import make_self_signed_cert

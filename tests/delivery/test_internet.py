@@ -11,8 +11,8 @@ import time
 import dns.resolver
 import pytest
 
-from layang.delivery.mx import MxFailure, MxResolver
-from layang.delivery.shaping import Shaping
+from layang.destinations.mx import MxFailure, MxResolver
+from layang.destinations.shaping import Shaping
 from tests.internet import GREYLISTED, SLOW_DOWN
 
 

@@ -202,8 +202,8 @@ def test_what_needs_attention(account, config):
 
 
 def test_mail_held_by_a_suspended_site_is_shown_and_needs_attention(account, config):
-    from layang.delivery import sites
-    from layang.delivery.mx import remember_sites
+    from layang.destinations import sites
+    from layang.destinations.mx import remember_sites
 
     _mail(account, "shop@sender.test", NOW, "a@held.example", "b@held.example")
     Recipient.update(domain="held.example").execute()

@@ -4,8 +4,8 @@ domain, and the sites that hold it back flagged in the navigation."""
 from __future__ import annotations
 
 from layang.clock import now_ms
-from layang.delivery import sites
-from layang.delivery.mx import remember_sites
+from layang.destinations import sites
+from layang.destinations.mx import remember_sites
 from layang.domain import accounts
 from tests.browser import screenshot
 from tests.internet import SLOW_DOWN

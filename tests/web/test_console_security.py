@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from layang.delivery.tls_policy import StsPolicy, TransportPolicy
+from layang.destinations import tlsrpt
+from layang.destinations.mta_sts import StsPolicy
+from layang.destinations.policy import TransportPolicy
 from layang.domain import accounts
-from layang.mail import tlsrpt
 from layang.models import Event, Recipient
 from tests.browser import screenshot
 from tests.conftest import drain
@@ -68,7 +69,7 @@ def test_timeline_and_security_page_in_a_browser(client, upstream, relay_to, bro
     send(client, auth, "ana@bank.test")
     send(client, auth, "old@plain.test")
     drain(relay_to(upstream))
-    # What the delivery engine records for MX attempts (contract 13: the event's "tls").
+    # What the delivery engine records for MX attempts (the event's "tls", docs/api.md).
     ana = Recipient.get(Recipient.address == "ana@bank.test")
     for offset, (status, detail) in enumerate(ATTEMPTS, start=1):
         Event.create(

@@ -10,15 +10,17 @@ suspend and resume a site at will.
 Sessions are counted across processes with leased slots (``acquire_slot``), and a site's
 message rate with GCRA (``take_rate``); each is one short transaction holding the site's row,
 so two processes never both take the last slot. The functions are blocking: an event loop
-calls them from a thread.
+calls them from a thread. The queue views read the same state here (:func:`views`,
+:func:`held_back`, :func:`session_counts`); docs/delivery.md tells the whole.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import peewee
 
 from layang.clock import now_ms
 from layang.config import Config
@@ -63,23 +65,6 @@ class SiteView:
     until_ms: int | None
     reason: str | None
     last_reply: str | None
-
-
-_SLOW_DOWN = re.compile(
-    r"rate|too many|volume|slow down|server busy|temporarily deferred|throttl|\[TSS?\d+\]",
-    re.IGNORECASE,
-)
-
-
-def is_slow_down(reply: str) -> bool:
-    """Whether an SMTP reply asks the sender to slow down: any 421 (the server closes the
-    session), or a 4xx with enhanced code 4.7.x speaking of rate, volume or connections
-    (Gmail ``421 4.7.28``, Microsoft ``451 4.7.500``, Yahoo ``421 4.7.0 [TS0x]``). Greylisting
-    (``451 4.7.1 … try again later``) is not: it is about one message, not the pace."""
-    text = reply.strip()
-    if text.startswith("421"):
-        return True
-    return bool(re.match(r"4\d\d[ -]4\.7\.\d+", text)) and bool(_SLOW_DOWN.search(text))
 
 
 def _view(row: SiteState | None, site: str, ceiling: int | None, now: int) -> SiteView:
@@ -379,38 +364,35 @@ def take_rate(site: str, per_second: float, *, now_us: int | None = None) -> flo
     return (arrival - now) / 1_000_000
 
 
-def hold_for_site(
-    owner: str, ids: Sequence[str], site: str, until_ms: int, *, now: int | None = None
-) -> list[str]:
-    """Hand the recipients ``owner`` holds back to the queue to wait on ``site`` until
-    ``until_ms``, without charging them an attempt. Returns those that were not already
-    waiting on it: only they get a ``Delay`` with the reason (once per wait, not per pass)."""
-    if not ids:
-        return []
+# --- What the queue views read ----------------------------------------------------------------
+
+
+def views(sites: Iterable[str], *, now: int | None = None) -> dict[str, SiteView]:
+    """The state of each of ``sites`` that has one, and of every site that may be holding mail
+    back (not ``ok``, or under a lowered limit), by site name; ``limit`` is the lowered one,
+    else the rule's as last recorded. A site missing from the answer is ``ok``."""
     now = now_ms() if now is None else now
-    held = (Recipient.id.in_(list(ids))) & (Recipient.lease_owner == owner)
-    with write_transaction(durable=False):
-        fresh = [
-            row.id
-            for row in Recipient.select(Recipient.id).where(
-                held & (Recipient.waiting_on.is_null() | (Recipient.waiting_on != site))
-            )
-        ]
-        Recipient.update(
-            waiting_on=site,
-            next_attempt_at=max(until_ms, now),
-            lease_owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-        ).where(held).execute()
-    return fresh
+    rows = {row.site: row for row in SiteState.holding_back()}
+    wanted = sorted(set(sites) - set(rows))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        rows.update({row.site: row for row in SiteState.select().where(SiteState.site.in_(chunk))})
+    return {site: _view(row, site, None, now) for site, row in rows.items()}
 
 
-def stop_waiting(ids: Sequence[str]) -> None:
-    """Forget what the recipients ``ids`` waited on (an attempt was made: the wait is over),
-    so that a later wait gets its ``Delay`` again."""
-    if ids:
-        with write_transaction(durable=False):
-            Recipient.update(waiting_on=None).where(
-                Recipient.id.in_(list(ids)) & Recipient.waiting_on.is_null(False)
-            ).execute()
+def held_back(*, now: int | None = None) -> list[SiteView]:
+    """The sites throttled or suspended now; one small query when none is (the usual case)."""
+    now = now_ms() if now is None else now
+    found = (_view(row, row.site, None, now) for row in SiteState.holding_back())
+    return [view for view in found if view.state != OK]
+
+
+def session_counts(*, now: int | None = None) -> dict[str, int]:
+    """The live slots (open sessions, across every process) of each site that has any."""
+    now = now_ms() if now is None else now
+    query = (
+        SiteSlot.select(SiteSlot.site, peewee.fn.COUNT(SiteSlot.id))
+        .where(SiteSlot.expires_at > now)
+        .group_by(SiteSlot.site)
+    )
+    return dict(query.tuples())

@@ -14,9 +14,8 @@ import time
 import pytest
 
 from layang.clock import now_ms
-from layang.delivery import sites
-from layang.delivery.queue import claim_due_recipients
-from layang.delivery.sites import Throttle, is_slow_down
+from layang.destinations import sites
+from layang.destinations.sites import Throttle
 from layang.models import Recipient
 from tests.conftest import BACKENDS
 from tests.test_cli import ROOT
@@ -32,16 +31,6 @@ GMAIL = "421 4.7.28 [203.0.113.9] Our system has detected an unusual rate of uns
 def db(app):
     """The test's database, opened with its schema."""
     return app
-
-
-def test_slow_down_replies_are_told_from_other_temporary_failures(backend):
-    assert is_slow_down(GMAIL)
-    assert is_slow_down("451 4.7.500 Server busy. Please try again later from [1.2.3.4].")
-    assert is_slow_down("421 4.7.0 [TSS04] Messages from 1.2.3.4 temporarily deferred")
-    assert not is_slow_down("451 4.3.0 Mail server temporarily rejected message")
-    assert not is_slow_down("451 4.7.1 Greylisted, please try again later")
-    assert not is_slow_down("450 4.2.1 mailbox busy")
-    assert not is_slow_down("550 5.7.1 rate of unsolicited mail too high")
 
 
 def test_slow_down_halves_the_limit_pauses_and_successes_win_it_back(db):
@@ -108,6 +97,34 @@ def test_an_operator_suspends_and_resumes_a_site(db):
     assert sites.gate(SITE, 10, now=T0 + 60_000).state == "ok"
 
 
+def test_the_queue_views_read_states_sessions_and_the_sites_holding_mail_back(db):
+    other, quiet = "mx.other.example", "mx.quiet.example"
+    sites.acquire_slot(SITE, "w1", 10, 60_000, now=T0)
+    sites.acquire_slot(SITE, "w2", 10, 60_000, now=T0)
+    sites.acquire_slot(quiet, "w1", 10, 1_000, now=T0)  # its lease runs out
+    sites.slow_down(SITE, GMAIL, 10, now=T0)
+    sites.suspend(other, None, "suspended by the operator", now=T0)
+
+    assert sites.session_counts(now=T0 + 2_000) == {SITE: 2}
+    # A site asked for is read; a throttled or suspended one is there unasked.
+    views = sites.views([quiet], now=T0 + 2_000)
+    assert set(views) == {SITE, other, quiet}
+    assert (views[SITE].state, views[SITE].limit, views[SITE].last_reply) == (
+        "throttled",
+        5,
+        GMAIL,
+    )
+    assert (views[other].state, views[other].until_ms, views[other].reason) == (
+        "suspended",
+        None,
+        "suspended by the operator",
+    )
+    assert (views[quiet].state, views[quiet].limit, views[quiet].reason) == ("ok", 10, None)
+    assert {view.site for view in sites.held_back(now=T0 + 2_000)} == {SITE, other}
+    sites.resume(other, now=T0 + 3_000)
+    assert [view.site for view in sites.held_back(now=T0 + 3_000)] == [SITE]
+
+
 def test_slots_hold_the_limit_and_dead_owners_lose_theirs(db):
     held = [sites.acquire_slot(SITE, "w1", 3, 1_000, now=T0) for _ in range(4)]
     assert held[3] is None and all(held[:3])
@@ -151,7 +168,7 @@ CONTENDER = textwrap.dedent(
     """
     import json, sys, time
     from layang.db import open_database
-    from layang.delivery import sites
+    from layang.destinations import sites
     open_database(sys.argv[1])
     owner, most, reserved = sys.argv[2], 0, []
     start = float(sys.argv[3])  # the same moment for every contender, whenever it got here
@@ -196,35 +213,36 @@ def test_two_processes_share_one_limit_and_one_rate(db, config):
     assert min(gaps) > 0.015 and times[-1] - times[0] >= 44 * 0.02 - 0.01
 
 
-def test_mail_waits_on_a_site_once_uncharged_and_resuming_makes_it_due(client, auth):
+def test_resuming_a_site_makes_the_mail_waiting_on_it_due_at_once(client, auth):
     response = client.post(
         "/v1/layang/transmissions",
         headers=auth,
         json={
             "from": {"email": "shop@acme.test"},
             "subject": "Hi",
-            "to": [{"email": f"r{i}@a.example"} for i in range(3)],
+            "to": [{"email": f"r{i}@a.example"} for i in range(3)] + [{"email": "r@b.example"}],
             "bodyText": "hi",
         },
     )
     assert response.status_code == 200
-    ids = sorted(r.id for r in claim_due_recipients("w1", 10, 60))
-    assert len(ids) == 3
-    until = now_ms() + 60_000
-    assert sorted(sites.hold_for_site("w1", ids, SITE, until)) == ids
-    rows = list(Recipient.select())
-    assert {(r.waiting_on, r.next_attempt_at, r.attempts, r.lease_owner) for r in rows} == {
-        (SITE, until, 0, None)
+    later = now_ms() + 60_000
+    # The engine hands mail back to wait on a closed site this way (docs/delivery.md).
+    Recipient.update(waiting_on=SITE, next_attempt_at=later).where(
+        Recipient.domain == "a.example"
+    ).execute()
+    Recipient.update(waiting_on="mx.b.example", next_attempt_at=later).where(
+        Recipient.domain == "b.example"
+    ).execute()
+    sites.suspend(SITE, None, "suspended by the operator")
+    assert not sites.gate(SITE).open
+
+    view = sites.resume(SITE)
+
+    assert (view.open, view.state, view.reason) == (True, "ok", None)
+    due = {r.address: r.next_attempt_at <= now_ms() for r in Recipient.select()}
+    assert due == {
+        "r0@a.example": True,
+        "r1@a.example": True,
+        "r2@a.example": True,
+        "r@b.example": False,
     }
-    assert claim_due_recipients("w1", 10, 60) == []  # they wait
-    # Due again while the site still holds them back: no second Delay, still no attempt charged.
-    Recipient.update(next_attempt_at=now_ms() - 1).execute()
-    again = [r.id for r in claim_due_recipients("w2", 10, 60)]
-    assert sites.hold_for_site("w1", again, SITE, until) == []  # w1 no longer holds them
-    assert sites.hold_for_site("w2", again, SITE, until) == []  # already waiting on it
-    assert {r.attempts for r in Recipient.select()} == {0}
-    # Resuming the site makes its waiting mail due at once.
-    sites.resume(SITE)
-    assert all(r.next_attempt_at <= now_ms() for r in Recipient.select())
-    sites.stop_waiting(ids)
-    assert {r.waiting_on for r in Recipient.select()} == {None}

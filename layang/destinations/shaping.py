@@ -1,6 +1,6 @@
 """Traffic shaping: how hard Layang may push each destination site.
 
-A *site* is the set of MX hosts a recipient domain resolves to (see ``layang.delivery.mx``).
+A *site* is the set of MX hosts a recipient domain resolves to (see ``layang.destinations.mx``).
 Its rule says how many sessions may be open to it at once (``connections``, per source
 address), how many messages one session carries before it is closed
 (``messages_per_connection``), an optional overall ``rate`` in messages per second, and whether
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -261,3 +262,20 @@ class Shaping:
                 return rule
         names = sorted({host.rstrip(".").lower() for host in mx_names})
         return replace(self.default, name=_bounded("+".join(names)))
+
+
+_SLOW_DOWN = re.compile(
+    r"rate|too many|volume|slow down|server busy|temporarily deferred|throttl|\[TSS?\d+\]",
+    re.IGNORECASE,
+)
+
+
+def is_slow_down(reply: str) -> bool:
+    """Whether an SMTP reply asks the sender to slow down: any 421 (the server closes the
+    session), or a 4xx with enhanced code 4.7.x speaking of rate, volume or connections
+    (Gmail ``421 4.7.28``, Microsoft ``451 4.7.500``, Yahoo ``421 4.7.0 [TS0x]``). Greylisting
+    (``451 4.7.1 … try again later``) is not: it is about one message, not the pace."""
+    text = reply.strip()
+    if text.startswith("421"):
+        return True
+    return bool(re.match(r"4\d\d[ -]4\.7\.\d+", text)) and bool(_SLOW_DOWN.search(text))

@@ -28,7 +28,6 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import dns.exception
-import dns.nameserver
 import dns.resolver
 import httpx
 import peewee
@@ -36,6 +35,8 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, new_id, write_transaction
+from layang.destinations.dns import lookup_resolver
+from layang.destinations.result_types import VALIDATION_FAILURE
 from layang.mail.dkim import covering_domain
 from layang.mail.message import SMTP_POLICY, domain_of
 from layang.mail.outbox import Submission, enqueue
@@ -52,7 +53,7 @@ MEDIA_TYPE = "application/tlsrpt+gzip"
 
 
 class ReportedPolicy(Protocol):
-    """What a session's policy tells TLS-RPT (``layang.delivery.tls_policy.TransportPolicy``)."""
+    """What a session's policy tells TLS-RPT (``layang.destinations.policy.TransportPolicy``)."""
 
     @property
     def report_type(self) -> str: ...
@@ -82,7 +83,7 @@ def record_session(
     day = day_of(at)
     domain = domain.lower().rstrip(".")
     host = mx_host.lower().rstrip(".")
-    result_type = SUCCESS if ok and not failure_type else (failure_type or "validation-failure")
+    result_type = SUCCESS if ok and not failure_type else (failure_type or VALIDATION_FAILURE)
     reason = "" if result_type == SUCCESS else (detail or "")
     strings = json.dumps(policy.report_strings(host))
     key_source = json.dumps([day, domain, policy.report_type, strings, host, result_type, reason])
@@ -197,13 +198,11 @@ def report_json(
 # --- Where reports go ----------------------------------------------------------------------
 
 
+LOOKUP_SECONDS = 5.0
+
+
 def _resolver(config: Config) -> dns.resolver.Resolver:
-    servers = config.dns_resolvers
-    resolver = dns.resolver.Resolver(configure=not servers)
-    if servers:
-        resolver.nameservers = [dns.nameserver.Do53Nameserver(h, p) for h, p in servers]
-    resolver.lifetime = resolver.timeout = 5.0
-    return resolver
+    return lookup_resolver(config, LOOKUP_SECONDS)
 
 
 def reporting_addresses(domain: str, config: Config) -> list[str]:

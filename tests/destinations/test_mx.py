@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from layang.delivery.mx import MxFailure, MxResolver, remember_sites
-from layang.delivery.shaping import Shaping
+from layang.destinations.mx import MxFailure, MxResolver, remember_sites, site_of, sites_of
+from layang.destinations.shaping import Shaping
 from layang.models import MxDomain
 
 
@@ -141,3 +141,6 @@ def test_the_resolver_setting_is_honoured_and_sites_are_remembered(internet, app
     rows = {row.domain: row.site for row in MxDomain.select()}
     assert rows == {"b.example": "elsewhere", "c.example": "mx.b.example"}
     assert all(expires > time.time() * 1000 for _, _, expires in learned)
+    # What the queue views read back.
+    assert sites_of(["b.example", "c.example", "d.example"]) == rows
+    assert (site_of("C.Example."), site_of("d.example")) == ("mx.b.example", None)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from layang.delivery.shaping import Shaping, ShapingError, SiteRule
+from layang.destinations.shaping import Shaping, ShapingError, SiteRule, is_slow_down
 
 GMAIL_MX = ["gmail-smtp-in.l.google.com", "alt1.gmail-smtp-in.l.google.com"]
 
@@ -128,3 +128,13 @@ def test_a_site_of_very_many_hosts_keeps_a_bounded_name():
     name = Shaping.load(None).rule_for(hosts).name
     assert len(name) <= 900 and name.startswith("mx0000.huge.example+mx0001")
     assert name == Shaping.load(None).rule_for(list(reversed(hosts))).name
+
+
+def test_slow_down_replies_are_told_from_other_temporary_failures():
+    assert is_slow_down("421 4.7.28 [203.0.113.9] Our system has detected an unusual rate")
+    assert is_slow_down("451 4.7.500 Server busy. Please try again later from [1.2.3.4].")
+    assert is_slow_down("421 4.7.0 [TSS04] Messages from 1.2.3.4 temporarily deferred")
+    assert not is_slow_down("451 4.3.0 Mail server temporarily rejected message")
+    assert not is_slow_down("451 4.7.1 Greylisted, please try again later")
+    assert not is_slow_down("450 4.2.1 mailbox busy")
+    assert not is_slow_down("550 5.7.1 rate of unsolicited mail too high")

@@ -17,9 +17,10 @@ import jsonschema
 import pytest
 
 from layang.config import Config
-from layang.delivery.tls_policy import StsPolicy, TransportPolicy
 from layang.delivery.worker import Worker
-from layang.mail import tlsrpt
+from layang.destinations import tlsrpt
+from layang.destinations.mta_sts import StsPolicy
+from layang.destinations.policy import TransportPolicy
 from layang.models import Recipient, TlsReport, Transmission
 from tests.conftest import BACKENDS, drain
 from tests.dns_server import Zone

@@ -5,8 +5,8 @@ domain's own A/AAAA records (the implicit MX); a null MX (``0 .``, RFC 7505) mea
 takes no mail. A domain that does not exist bounces; a look-up that fails (SERVFAIL, timeout)
 is only a delay, never a reason to fall back to the A record. Answers are kept as long as
 their TTL allows. The site a domain belongs to, the set of its MX host names, is named by the
-shaping rule that matches it (``layang.delivery.shaping``) and remembered in ``mx_domain`` so
-that waiting mail can be grouped by site.
+shaping rule that matches it (``layang.destinations.shaping``) and remembered in ``mx_domain``
+so that waiting mail can be grouped by site (docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import dns.asyncresolver
 import dns.exception
 import dns.name
-import dns.nameserver
 import dns.resolver
 
 from layang.clock import now_ms
 from layang.config import Config, parse_resolvers
 from layang.db import write_transaction
-from layang.delivery.shaping import Shaping, SiteRule
+from layang.destinations.dns import mx_resolver
+from layang.destinations.shaping import Shaping, SiteRule
 from layang.models import MxDomain
 
 NULL_MX = "null_mx"
@@ -36,11 +35,6 @@ TEMPORARY = "temporary"
 NEGATIVE_TTL = 60
 FAILURE_TTL = 5
 MAX_CACHED = 100_000
-# A query unanswered this long is sent again (UDP may be lost), within the look-up's lifetime.
-TRY_SECONDS = 2.0
-# Queries in flight at once from one process: a burst of new domains (a campaign's first
-# batch) is spread out rather than flooding the resolver, which would drop some.
-MAX_QUERIES = 32
 
 
 @dataclass(frozen=True)
@@ -108,25 +102,17 @@ class _Cached:
 class MxResolver:
     """Resolves recipient domains with dnspython's async resolver at ``nameserver``
     (``host:port[,host:port…]``, as ``LAYANG_DNS_RESOLVER``; None: the system's resolver).
-    One instance serves an event loop; answers are cached per TTL."""
+    One instance serves an event loop; answers are cached here per TTL, with the site."""
 
     def __init__(self, nameserver: str | None, shaping: Shaping, timeout: float = 10.0) -> None:
         self.shaping = shaping
-        self.resolver = dns.asyncresolver.Resolver(configure=not nameserver)
-        if nameserver:
-            self.resolver.nameservers = [
-                dns.nameserver.Do53Nameserver(host, port)
-                for host, port in parse_resolvers(nameserver, "LAYANG_DNS_RESOLVER")
-            ]
-        self.resolver.lifetime = timeout
-        self.resolver.timeout = min(TRY_SECONDS, timeout)
-        self.resolver.cache = None  # cached here, per domain, with the site
+        servers = parse_resolvers(nameserver, "LAYANG_DNS_RESOLVER") if nameserver else ()
+        self.resolver = mx_resolver(servers, timeout)
         self._cache: dict[str, _Cached] = {}
         # An MX host's addresses, asked once for every domain it serves (a site's hosts serve
         # many), and looked up once while several domains wait for them.
         self._addresses_of: dict[str, tuple[float, tuple[tuple[str, ...], int, None]]] = {}
         self._asking: dict[str, asyncio.Future[tuple[tuple[str, ...], int, str | None]]] = {}
-        self._queries: asyncio.Semaphore | None = None
         self._learned: dict[str, tuple[str, int]] = {}
         self._random = random.Random()
 
@@ -270,13 +256,8 @@ class MxResolver:
         return tuple(addresses), ttl, None if addresses else problem
 
     async def _query(self, name: str, rdtype: str) -> dns.resolver.Answer | None:
-        if self._queries is None:
-            self._queries = asyncio.Semaphore(MAX_QUERIES)
         try:
-            async with self._queries:
-                return await self.resolver.resolve(
-                    name, rdtype, raise_on_no_answer=False, search=False
-                )
+            return await self.resolver.resolve(name, rdtype, raise_on_no_answer=False, search=False)
         except dns.resolver.NXDOMAIN:
             raise
         except dns.resolver.NoNameservers:
@@ -324,3 +305,20 @@ def remember_sites(entries: Iterable[tuple[str, str, int]]) -> int:
                 preserve=[MxDomain.site, MxDomain.expires_at],
             ).execute()
     return len(rows)
+
+
+def site_of(domain: str) -> str | None:
+    """The site ``domain`` last resolved to (as ``remember_sites`` recorded it), if any."""
+    row = MxDomain.get_or_none(MxDomain.domain == domain.strip().rstrip(".").lower())
+    return row.site if row is not None else None
+
+
+def sites_of(domains: Iterable[str]) -> dict[str, str]:
+    """The site each of ``domains`` last resolved to, for those that have one."""
+    wanted = sorted(set(domains))
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        query = MxDomain.select(MxDomain.domain, MxDomain.site).where(MxDomain.domain.in_(chunk))
+        found.update(dict(query.tuples()))
+    return found
