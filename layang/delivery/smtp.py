@@ -33,6 +33,7 @@ from layang.delivery.relay import (
     format_reply,
     result_for,
 )
+from layang.delivery.sites import is_slow_down
 from layang.mail.wire import crlf, data_section
 
 _GROUP = 100
@@ -439,7 +440,7 @@ class SmtpSession:
             raise
         if code == 421:
             self._abort()
-            if reused and not _slow_down(text):
+            if reused and not _about_the_pace(text):
                 raise Stale
         return code, text
 
@@ -673,10 +674,13 @@ class _Done(list):  # type: ignore[type-arg]
     """The transaction ended before the body (results are set)."""
 
 
-def _slow_down(text: str) -> bool:
-    from layang.delivery.sites import is_slow_down
-
-    return is_slow_down(f"421 {text}")
+def _about_the_pace(text: str) -> bool:
+    """Whether a 421 that ended a reused session speaks of the site's pace rather than of the
+    session. Every 421 slows a site down (:func:`~layang.delivery.sites.is_slow_down`), but a
+    server closing a session it kept for a while (``421 4.4.2 Idle too long``) says nothing of
+    the pace: only the words of its reply tell, so they are read as those of any other 4xx
+    (``4.7.x`` naming a rate, a volume, too many connections)."""
+    return is_slow_down(f"450 {text}")
 
 
 def _b64(value: str) -> str:

@@ -122,3 +122,21 @@ def test_delivery_events_name_host_address_tls_attempt_and_duration(
     assert detail["tls"]["version"].startswith("TLS")
     assert detail["tls"]["cipher"]
     assert detail["tls"]["verified"] is False
+
+
+def test_421_on_a_reused_session_is_retried_once_on_a_fresh_session(
+    client, auth, upstream, relay_to
+):
+    upstream.pipelining = True
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    assert delivered("first") == 1
+    # The server closes the session it kept, at the next transaction's MAIL: nothing was
+    # sent, so that email and every one queued behind it go on a new session, not to a retry.
+    upstream.script_mail("421 4.4.2 Idle too long")
+    send_batch(client, auth, 3, "then", per_request=1)
+    worker.run_once()
+    assert delivered("then") == 3
+    assert upstream.connections == 2
+    assert not Event.select().where(Event.status == "Delay").exists()
