@@ -29,22 +29,22 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery import sites, tls_policy
-from layang.delivery.direct import MxRoute, open_session
+from layang.delivery.direct import MxTransport, TlsReport
 from layang.delivery.mx import TEMPORARY, MxFailure, remember_sites
 from layang.delivery.mx import Destination as MxDestination
+from layang.delivery.outcomes import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 from layang.delivery.queue import ClaimedRecipient
-from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult, SmtpRelay
 from layang.delivery.routes import Route
 from layang.delivery.shaping import SiteRule
 from layang.delivery.sites import is_slow_down
-from layang.delivery.smtp import Envelope, Refused, SmtpSession, Stale
+from layang.delivery.smtp import Envelope, Refused, Stale
 from layang.delivery.tls_policy import OPPORTUNISTIC, TransportPolicy
+from layang.delivery.transports import Session
 from layang.mail import tlsrpt
-from layang.mail.message import REQUIRETLS
 from layang.metrics import site_outcome
 
 log = logging.getLogger("layang.engine")
@@ -79,26 +79,10 @@ class Job:
     started: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)
     mx: MxDestination | None = None  # direct to MX: the recipient domain resolved
+    policy: TransportPolicy | None = None  # direct to MX: what the domain asks of TLS
     finished: bool = False
     stream: str = "transactional"
     admitted: bool = False  # counted among the sent and unrecorded (see ``Engine._admit``)
-
-
-class Session(Protocol):
-    """A session a destination keeps open: one transaction at a time."""
-
-    closed: bool
-    transactions: int
-    last_used: float
-
-    async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
-    ) -> list[RecipientResult]:
-        """One transaction; ``before_end`` is awaited just before the message's end goes out
-        (never, if the transaction ends before that)."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass
@@ -173,9 +157,6 @@ class Engine:
         self.admitted = 0  # jobs past the point of no return whose outcome is not handed over
         self.pending = 0  # jobs submitted and not finished (queued or in flight)
         self._changed = threading.Condition()
-        self._threads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix="transport"
-        )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="engine", daemon=True)
         self._thread.start()
@@ -220,7 +201,6 @@ class Engine:
             asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(15)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
-        self._threads.shutdown(wait=False, cancel_futures=True)
 
     # -- on the loop ---------------------------------------------------------------------
 
@@ -235,7 +215,7 @@ class Engine:
         self._work.set()
         touched = {}
         for job in jobs:
-            if isinstance(job.route.transport, MxRoute):
+            if job.route.sited:
                 domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
                 waiting = self._resolving.setdefault(domain, [])
                 waiting.append(job)
@@ -248,7 +228,7 @@ class Engine:
         for destination in touched.values():
             self._pump(destination)
 
-    async def _resolve(self, route: MxRoute, domain: str) -> None:
+    async def _resolve(self, route: MxTransport, domain: str) -> None:
         """Resolve ``domain`` and queue its waiting jobs on its site (or settle them)."""
         try:
             resolved = await route.resolver_for_loop().resolve(domain)
@@ -277,7 +257,7 @@ class Engine:
         self._queue_resolved(route, resolved, policy, jobs)
 
     def _queue_resolved(
-        self, route: MxRoute, resolved: MxDestination, policy: TransportPolicy, jobs: list[Job]
+        self, route: MxTransport, resolved: MxDestination, policy: TransportPolicy, jobs: list[Job]
     ) -> None:
         domain = resolved.domain
         # Domains without a policy of their own share their site's sessions; one with a policy
@@ -306,14 +286,14 @@ class Engine:
             destination.policy = policy
         for job in jobs:
             job.mx = resolved
+            job.policy = policy
             destination.queue.append(job)
         self._pump(destination)
 
     def _destination(self, job: Job) -> Destination:
         destination = self.destinations.get(job.destination)
         if destination is None:
-            asynchronous = isinstance(job.route.transport, SmtpRelay)
-            limit = self.connections if asynchronous else 1
+            limit = min(job.route.max_sessions or self.connections, self.connections)
             destination = Destination(job.destination, job.route, limit, 100)
             self.destinations[job.destination] = destination
         return destination
@@ -397,17 +377,8 @@ class Engine:
                 session = await self._open(destination, job)
             if session is None:
                 return None
-        if job.envelope.requiretls and destination.site is None:
-            smtp = session.inner if isinstance(session, _Counted) else None
-            transport = destination.route.transport
-            if isinstance(smtp, SmtpSession) and isinstance(transport, SmtpRelay):
-                refusal = smtp.requiretls_refusal(transport.trusted_cafile or None)
-                if refusal is not None:
-                    reply = f"550 5.7.30 {refusal}"
-                    self._finish(job, RecipientResult(job.recipient.address, 550, reply, BOUNCED))
-                    return session
-        if job.envelope.requiretls and destination.site is not None:
-            refusal = self._requiretls_refusal(destination, session)
+        if job.envelope.requiretls:
+            refusal = destination.route.transport.refusal(session.inner, job)
             if refusal is not None:
                 bounce = RecipientResult(job.recipient.address, 550, refusal, BOUNCED)
                 self._finish(job, bounce)
@@ -435,33 +406,17 @@ class Engine:
         queued behind it (one unreachable server is not tried once per recipient)."""
         await self._make_room()
         self.open_sessions += 1
-        session: Session
-        transport = destination.route.transport
-        if isinstance(transport, SmtpRelay):
-            smtp = SmtpSession(
-                transport.host,
-                transport.port,
-                helo_name=transport.helo_name,
-                tls=transport.tls,
-                implicit_tls=transport.implicit_tls,
-                context=transport.context,
-                credentials=transport.credentials,
-                timeout=transport.timeout,
-            )
-            try:
-                await smtp.open()
-            except Refused as refused:
-                self.open_sessions -= 1
-                result = RecipientResult("", refused.code, refused.reply, DEFERRED)
-                failed = [job, *destination.queue]
-                destination.queue.clear()
-                for each in failed:
-                    self._finish(each, replace(result, recipient=each.recipient.address))
-                return None
-            session = _Counted(smtp, self)
-        else:
-            session = _Counted(_ThreadSession(transport, self._threads, job), self)
-        return session
+        try:
+            opened = await destination.route.transport.open(job)
+        except Refused as refused:
+            self.open_sessions -= 1
+            result = RecipientResult("", refused.code, refused.reply, DEFERRED)
+            failed = [job, *destination.queue]
+            destination.queue.clear()
+            for each in failed:
+                self._finish(each, replace(result, recipient=each.recipient.address))
+            return None
+        return _Counted(opened, self)
 
     async def _transact(
         self, destination: Destination, session: Session, job: Job
@@ -469,8 +424,6 @@ class Engine:
         job.started = time.monotonic()
         destination.in_flight[job] = job.started
         try:
-            if isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession):
-                session.inner.job = job
             try:
                 (result,) = await session.send(job.envelope, lambda: self._admit(job))
             except Stale:
@@ -480,21 +433,20 @@ class Engine:
         finally:
             destination.in_flight.pop(job, None)
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
-        if isinstance(session, _Counted) and isinstance(session.inner, SmtpSession):
-            smtp = session.inner
-            tls = smtp.tls_info
-            if tls is None and destination.site is not None:
-                tls = {"version": None, "cipher": None, "verified": False, "policy": "none"}
-            job.detail.update(host=smtp.host, address=smtp.peer, tls=tls)
+        job.detail.update(session.inner.detail())
+        if destination.site is not None and job.detail.get("tls") is None:
+            job.detail["tls"] = {
+                "version": None,
+                "cipher": None,
+                "verified": False,
+                "policy": "none",
+            }
         self._finish(job, result)
         if destination.site is not None and (
             result.outcome == DEFERRED or destination.site in self._troubled
         ):
             await self._site_feedback(destination, session, result)
-        gone = session.closed or (
-            isinstance(session, _Counted) and isinstance(session.inner, _ThreadSession)
-        )
-        if result.outcome == DEFERRED and result.code in (0, 421) and gone:
+        if result.outcome == DEFERRED and result.code in (0, 421) and session.closed:
             # The destination went away: the jobs queued behind this one would wait out the
             # same failure one by one.
             failed = list(destination.queue)
@@ -580,7 +532,7 @@ class Engine:
 
         return await self.loop.run_in_executor(self._site_state, call)
 
-    async def _policy(self, route: MxRoute, resolved: MxDestination) -> TransportPolicy:
+    async def _policy(self, route: MxTransport, resolved: MxDestination) -> TransportPolicy:
         """The transport policy of a resolved domain (DANE, MTA-STS, a shaping rule's
         ``tls = "required"``, else opportunistic), kept for a minute."""
         cached = self._policies.get(resolved.domain)
@@ -602,58 +554,12 @@ class Engine:
         self._policies[resolved.domain] = (now + POLICY_SECONDS, policy)
         return policy
 
-    async def _tls_check(
-        self, route: MxRoute, policy: TransportPolicy, domain: str, smtp: SmtpSession
-    ) -> str | None:
-        """Whether ``smtp`` meets ``policy`` (None) or why not; its TLS goes in the session's
-        events and, for TLS-RPT, in the day's counts of ``domain``."""
-        check = tls_policy.check_session(
-            policy,
-            smtp.host,
-            None if smtp.closed else smtp.ssl_object,
-            smtp.offered_starttls,
-            error=smtp.tls_error,
-            cafile=route.config.tls_cafile or None,
-        )
-        smtp.tls_info = check.tls
-        if route.config.tlsrpt and (policy.kind != OPPORTUNISTIC or check.failure_type):
-            await self._state(
-                tlsrpt.record_session,
-                domain,
-                policy,
-                smtp.host,
-                check.ok and check.succeeded,
-                check.failure_type,
-                check.failure,
-            )
-        return None if check.ok else check.reply
-
-    def _requiretls_refusal(self, destination: Destination, session: Session) -> str | None:
-        """Why a REQUIRETLS message may not go over ``session`` (RFC 8689: verified TLS, by
-        MTA-STS, DANE or the MX name's certificate, to a server offering REQUIRETLS)."""
-        smtp = session.inner if isinstance(session, _Counted) else None
-        if not isinstance(smtp, SmtpSession):
-            return None
-        policy = destination.policy or TransportPolicy(smtp.host, mx_hosts=(smtp.host,))
-        route = destination.route.transport
-        check = tls_policy.check_session(
-            policy,
-            smtp.host,
-            smtp.ssl_object,
-            smtp.offered_starttls,
-            requirement=REQUIRETLS,
-            requiretls_advertised=smtp.has("REQUIRETLS"),
-            cafile=(route.config.tls_cafile or None) if isinstance(route, MxRoute) else None,
-        )
-        return None if check.ok else check.reply
-
     async def _open_mx(self, destination: Destination, job: Job) -> Session | None:
         """A session to ``destination``'s site, if its shared state lets one start: a paused
         or suspended site has its waiting mail held (a ``Delay`` once, with the reason), a site
         at its limit across processes keeps it queued here for a moment."""
         assert destination.site is not None and destination.rule is not None and job.mx
-        route = job.route.transport
-        assert isinstance(route, MxRoute)
+        route: MxTransport = job.route.transport  # type: ignore[assignment]
         site, ceiling = destination.site, destination.rule.connections * len(route.sources)
         slot = self._spare_slot(site)
         if slot is None and not self._at_share(site):
@@ -673,24 +579,10 @@ class Engine:
             return None
         await self._make_room()
         self.open_sessions += 1
-        policy = destination.policy or TransportPolicy(
-            job.mx.domain, mx_hosts=tuple(h.name for h in job.mx.hosts)
-        )
-
-        async def check(smtp: SmtpSession) -> str | None:
-            return await self._tls_check(route, policy, job.mx.domain, smtp)  # type: ignore[union-attr]
-
         try:
-            smtp = await open_session(
-                route,
-                job.mx,
-                context=route.tls_context,
-                hosts=policy.mx_hosts,
-                plaintext_fallback=not policy.requires_verified_tls,
-                check=check,
-                stream=job.stream,
-            )
+            smtp = await route.open(job)
         except Refused as refused:
+            await self._report_tls(refused.reports)
             self.open_sessions -= 1
             if slot:
                 self._spare(site, slot)
@@ -709,10 +601,24 @@ class Engine:
             for each in failed:
                 self._finish(each, replace(result, recipient=each.recipient.address))
             return None
+        await self._report_tls(smtp.reports)
         session = _Counted(smtp, self)
         session.slot = slot or None
         session.site = site
         return session
+
+    async def _report_tls(self, reports: list[TlsReport]) -> None:
+        """Count what the sessions tried showed of TLS, for TLS-RPT (off the loop)."""
+        for report in reports:
+            await self._state(
+                tlsrpt.record_session,
+                report.domain,
+                report.policy,
+                report.host,
+                report.succeeded,
+                report.failure_type,
+                report.failure,
+            )
 
     async def _site_feedback(
         self, destination: Destination, session: Session, result: RecipientResult
@@ -819,8 +725,8 @@ class Engine:
             await self._state(sites.renew_slots, self.owner, self.lease_ms)
             for destination in self.destinations.values():
                 route = destination.route.transport
-                if isinstance(route, MxRoute) and route.resolver is not None:
-                    learned = route.resolver.learned_sites()
+                if destination.route.sited and route.resolver is not None:  # type: ignore[attr-defined]
+                    learned = route.resolver.learned_sites()  # type: ignore[attr-defined]
                     if learned:
                         await self._state(remember_sites, learned)
                     break
@@ -906,9 +812,7 @@ class Engine:
         slots = [slot for spares in self._spares.values() for slot, _ in spares]
         self._spares.clear()
         for session in list(self.sessions):  # still in a transaction: cut off
-            inner = session.inner
-            if isinstance(inner, SmtpSession):
-                inner.abort()
+            session.inner.abort()
             _ = session.closed
             if session.slot is not None:
                 slots.append(session.slot)
@@ -952,40 +856,3 @@ class _Counted:
     async def close(self) -> None:
         await self.inner.close()
         _ = self.closed
-
-
-class _ThreadSession:
-    """A transport that is not asyncio, run in a thread: one transaction at a time."""
-
-    def __init__(self, transport: Any, pool: concurrent.futures.Executor, job: Job) -> None:
-        self.transport = transport
-        self.pool = pool
-        self.job = job
-        self.closed = False
-        self.transactions = 0
-        self.last_used = time.monotonic()
-
-    async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
-    ) -> list[RecipientResult]:
-        job = self.job
-        await before_end()  # the transport does it all in one call: it counts from the start
-        self.transactions += 1
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(
-            self.pool,
-            lambda: self.transport.send(
-                envelope.mail_from,
-                list(envelope.recipients),
-                envelope.data,
-                reference=job.reference,
-                crlf_clean=envelope.crlf_clean,
-                attempt=job.recipient.attempts + 1,
-            ),
-        )
-        self.last_used = time.monotonic()
-        return list(result.recipients)
-
-    async def close(self) -> None:
-        # The transport keeps its own connection (if any) for the next session.
-        self.closed = True

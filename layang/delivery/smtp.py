@@ -1,17 +1,20 @@
-"""One SMTP client session on asyncio: what the delivery engine runs hundreds of at once.
+"""One SMTP client session on asyncio: the only SMTP client Layang sends with.
 
-The pipelined relay of :mod:`layang.delivery.relay`, ported to asyncio streams: with PIPELINING
-(RFC 2920) MAIL, every RCPT and DATA go out in one write and their replies are read afterwards,
-so a message costs two round trips. aiosmtplib was the other candidate; it writes one command
-and waits for its reply each time (no PIPELINING), which costs three round trips and more per
-message: against servers 25-100 ms away that is the difference that matters, so the port won.
+With PIPELINING (RFC 2920) MAIL, every RCPT and DATA go out in one write and their replies are
+read afterwards, so a message costs two round trips; a server without it gets one command at a
+time. aiosmtplib was the other candidate; it writes one command and waits for its reply each
+time (no PIPELINING), which costs three round trips and more per message: against servers
+25-100 ms away that is the difference that matters.
 
 A session is opened once (connect, greeting, EHLO, STARTTLS, AUTH) and then carries many
-transactions; outcomes follow :class:`~layang.delivery.relay.SmtpRelay` exactly (same reply
-texts, same rules for 421, refused MAIL, DATA without accepted recipients). Nothing here raises
-for delivery problems except :class:`Refused` from :meth:`SmtpSession.open`, which says why the
-session could not be set up (so the caller can try another host) and :class:`Stale` from
-:meth:`SmtpSession.send` when a reused session was found dead before anything was sent.
+transactions, one at a time. Outcomes (:mod:`layang.delivery.outcomes`) come from the replies:
+MAIL's applies to everyone, each RCPT's to its recipient, the reply to the message (or a
+refused DATA) to every accepted one; a network failure or timeout defers (code 0) whoever has
+no reply yet. Nothing here raises for delivery problems except :class:`Refused` from
+:meth:`SmtpSession.open`, which says why the session could not be set up (so the caller can try
+another host, and defers the mail whatever the code: it is about the server, not the message),
+and :class:`Stale` from :meth:`SmtpSession.send` when a reused session was found dead before
+anything was sent (the caller retries on a new session: that cannot deliver twice).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layang.delivery.relay import (
+from layang.delivery.outcomes import (
     BOUNCED,
     DEFERRED,
     RecipientResult,
@@ -37,6 +40,10 @@ from layang.delivery.sites import is_slow_down
 from layang.mail.wire import crlf, data_section
 
 _GROUP = 100
+"""At most this many RCPT commands (with MAIL before, DATA after) are written ahead of their
+replies. A client that does not read while it writes must bound what it writes, or a server
+blocked on sending replies not yet read would stop reading what we send (RFC 2920 leaves avoiding
+that deadlock to the client)."""
 _QUIT_TIMEOUT = 5.0
 _MAX_LINE = 8192
 
@@ -50,6 +57,7 @@ class Refused(Exception):
         self.kind = kind
         self.code = code
         self.reply = reply
+        self.reports: list[Any] = []  # what the sessions tried showed of TLS (TLS-RPT)
 
 
 class Stale(Exception):
@@ -68,13 +76,21 @@ class _Lost(Exception):
 @dataclass(frozen=True)
 class Envelope:
     """One transaction: the envelope sender, the recipients, the bytes, and MAIL parameters
-    the message asks for (``requiretls``)."""
+    the message asks for (``requiretls``: RFC 8689).
+
+    ``crlf_clean=True`` promises that every line of ``data`` already ends in CRLF (true of
+    everything :mod:`layang.mail.compose` builds), which spares a scan of every byte; bytes
+    from elsewhere (SMTP submission) leave it False, and bare CR or LF line ends go out as CRLF.
+    ``reference`` (the transmission) names capture files; ``attempt`` counts the tries of these
+    recipients (1 for the first), read only by the mailbox simulator."""
 
     mail_from: str
     recipients: tuple[str, ...]
     data: bytes
     crlf_clean: bool = False
     requiretls: bool = False
+    reference: str = ""
+    attempt: int = 1
 
 
 class SmtpSession:
@@ -126,6 +142,7 @@ class SmtpSession:
         self.transactions = 0
         self.last_used = time.monotonic()
         self.closed = False
+        self.reports: list[Any] = []  # what setting it up showed of TLS (TLS-RPT)
         self._transport: asyncio.Transport | None = None
         self._replies: _Replies | None = None
         self._utf8 = False
@@ -224,6 +241,11 @@ class SmtpSession:
             return f"REQUIRETLS is not supported by {self.where}"
         return None
 
+    def detail(self) -> dict[str, Any]:
+        """What a delivery event says of the session: the server's name, the address
+        reached, and its TLS (None in plaintext)."""
+        return {"host": self.host, "address": self.peer, "tls": self.tls_info}
+
     def has(self, extension: str) -> bool:
         """Whether the server advertised ``extension`` (case-insensitive) in its EHLO reply."""
         return extension.upper() in self.extensions
@@ -255,7 +277,7 @@ class SmtpSession:
         except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as error:
             if required or not self.plaintext_fallback:
                 self.tls_error = error
-                raise Refused("tls", 0, self._describe(error)) from None
+                raise Refused("tls", 0, self._handshake_failure(error)) from None
             # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
             raise _PlaintextRetry from None
         if transport is None:
@@ -332,6 +354,10 @@ class SmtpSession:
         if not envelope.crlf_clean:
             message = crlf(message)
         try:
+            # No RSET before a transaction on a reused session: every earlier transaction ended
+            # cleanly (completed, refused at MAIL, or reset), and a session the server dropped
+            # meanwhile shows itself at MAIL (``Stale``). The RSET round trip cost a third of a
+            # message's time on a fast link.
             refused = self._unsendable(envelope, results)
             if refused is not None:
                 return _all(recipients, 0, refused, BOUNCED)
@@ -380,7 +406,7 @@ class SmtpSession:
             results[index] = result_for(recipients[index], code, format_reply(code, text))
             if code == 421:
                 self._abort()
-                _set_rest(results, recipients, code, format_reply(code, text))
+                _set_all(results, recipients, code, format_reply(code, text))
                 return _Done()
         if not accepted:
             await self._reset_quietly()
@@ -422,7 +448,7 @@ class SmtpSession:
                 results[index] = result_for(recipients[index], code, format_reply(code, text))
                 if code == 421:
                     self._abort()
-                    _set_rest(results, recipients, code, format_reply(code, text))
+                    _set_all(results, recipients, code, format_reply(code, text))
                     return _Done()
         code, text = await self._reply()
         return await self._after_data(recipients, accepted, results, code, text)
@@ -455,7 +481,8 @@ class SmtpSession:
         if code == 354 and accepted:
             return accepted
         if code == 354:
-            # RFC 2920 section 3.1: no RCPT accepted but DATA was: send a single dot.
+            # RFC 2920 section 3.1: no RCPT accepted but DATA was: "the client SMTP should send
+            # a single dot"; the server refuses the empty message, which ends the transaction.
             self._write(b".\r\n")
             code, _ = await self._reply()
             if code == 421:
@@ -467,6 +494,7 @@ class SmtpSession:
         if code == 421:
             self._abort()
         else:
+            # A refused DATA leaves the transaction open; the next MAIL would be "nested".
             await self._reset_quietly()
         return _Done()
 
@@ -589,6 +617,12 @@ class SmtpSession:
             with contextlib.suppress(Exception):  # a broken transport is already gone
                 transport.abort()
 
+    def _handshake_failure(self, error: BaseException) -> str:
+        if isinstance(error, (ssl.SSLError, TimeoutError)):
+            return self._describe(error)
+        # A server giving up on the handshake resets the connection, often without a word.
+        return f"TLS with {self.where} failed: {error or type(error).__name__}"
+
     def _describe(self, error: BaseException, connecting: bool = False) -> str:
         if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
             return f"timed out after {self.timeout:g}s talking to {self.where}"
@@ -701,12 +735,6 @@ def _set_all(
     for index, result in enumerate(results):
         if result is None:
             results[index] = result_for(recipients[index], code, reply)
-
-
-def _set_rest(
-    results: list[RecipientResult | None], recipients: Sequence[str], code: int, reply: str
-) -> None:
-    _set_all(results, recipients, code, reply)
 
 
 def _fill(

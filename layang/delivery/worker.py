@@ -29,6 +29,7 @@ from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery.build import CopyBuilder
 from layang.delivery.engine import MAX_UNRECORDED, Engine, Job
+from layang.delivery.outcomes import BOUNCED, RecipientResult
 from layang.delivery.queue import (
     RECIPIENTS,
     Attempt,
@@ -40,7 +41,6 @@ from layang.delivery.queue import (
     record_suppressed,
     record_waiting,
 )
-from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
 from layang.delivery.sites import Throttle
 from layang.delivery.smtp import Envelope
@@ -310,6 +310,8 @@ class Worker:
                 # What compose wrote has CRLF line ends only; submitted bytes are checked.
                 crlf_clean=message is not None,
                 requiretls=transmission.require_tls,
+                reference=transmission.id,
+                attempt=recipient.attempts + 1,
             )
             job = Job(recipient, route, route.destination, envelope, transmission.id, pending.done)
             job.stream = transmission.stream

@@ -9,6 +9,9 @@ import threading
 import time
 from dataclasses import replace
 
+import pytest
+
+from layang.delivery import engine
 from layang.delivery.worker import Worker
 from layang.models import Event, Recipient
 
@@ -140,3 +143,43 @@ def test_421_on_a_reused_session_is_retried_once_on_a_fresh_session(
     assert delivered("then") == 3
     assert upstream.connections == 2
     assert not Event.select().where(Event.status == "Delay").exists()
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+@pytest.mark.parametrize("gone", ["dropped", "restarted"])
+def test_a_session_the_server_let_go_is_replaced_without_a_delay(
+    client, auth, upstream, relay_to, pipelining, gone
+):
+    upstream.pipelining = pipelining
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    if gone == "dropped":
+        upstream.kick()
+    else:
+        upstream.stop()
+        upstream.start()
+    send_batch(client, auth, 2, "then", per_request=1)
+    worker.run_once()
+    assert delivered("then") == 2
+    assert upstream.received[0].rcpt_tos == ["first0@rcpt.test"]
+    assert len(upstream.received) == 3
+    assert not Event.select().where(Event.status == "Delay").exists()
+
+
+def test_an_idle_session_is_closed_rather_than_reused(
+    client, auth, upstream, relay_to, monkeypatch
+):
+    monkeypatch.setattr(engine, "IDLE_SECONDS", 0.1)
+    worker = relay_to(upstream)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    deadline = time.monotonic() + 5
+    while ("QUIT", "") not in upstream.attempts:
+        assert time.monotonic() < deadline, "the idle session was not closed"
+        time.sleep(0.05)
+    send_batch(client, auth, 1, "then")
+    worker.run_once()
+    assert delivered("then") == 1
+    assert upstream.connections == 2
+    assert [verb for verb, _ in upstream.attempts if verb == "RSET"] == []
