@@ -140,6 +140,9 @@ class MxTransport:
         session.reports = reports
         return session
 
+    def close(self) -> None:
+        """Nothing to release: the engine owns the sessions."""
+
     def refusal(self, session: SmtpSession, job: Any) -> str | None:
         """Why a REQUIRETLS message may not go over ``session`` (RFC 8689: verified TLS, by
         MTA-STS, DANE or the MX name's certificate, to a server offering REQUIRETLS)."""

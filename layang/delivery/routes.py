@@ -9,7 +9,6 @@ each recipient domain's *site*, found by the engine (the route is ``sited``).
 
 from __future__ import annotations
 
-import concurrent.futures
 import socket
 from dataclasses import dataclass
 
@@ -19,9 +18,6 @@ from layang.delivery.simulator import MailboxSimulator
 from layang.delivery.smarthost import relay_from_url
 from layang.delivery.transports import InThread, Transport
 from layang.mail.message import SIMULATOR_DOMAIN, is_simulated
-
-THREADS = 8
-"""Threads that run the synchronous transports' transactions (capture, simulator)."""
 
 
 @dataclass(frozen=True)
@@ -41,38 +37,37 @@ class Route:
 class Router:
     """The routes of one worker: the configured one, and the simulator's."""
 
-    def __init__(self, configured: Route, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(self, configured: Route) -> None:
         self.configured = configured
-        self.pool = pool
-        simulator = InThread(MailboxSimulator(), pool)
+        simulator = InThread(MailboxSimulator())
         self.simulator = Route("simulator", SIMULATOR_DOMAIN, simulator, max_sessions=1)
 
     @classmethod
     def from_config(cls, config: Config, transport: Transport | None = None) -> Router:
         """The routes ``LAYANG_RELAY_URL`` sets (``transport``, if given, replaces its own)."""
-        pool = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="transport")
         url = config.relay_url
         if transport is not None:
-            return cls(Route("smarthost", _host_port(url), transport), pool)
+            return cls(Route("smarthost", _host_port(url), transport))
         if url.strip() == "mx:":
             from layang.delivery.direct import MxTransport
 
-            return cls(Route("mx", "mx", MxTransport(config), sited=True), pool)
+            return cls(Route("mx", "mx", MxTransport(config), sited=True))
         relay = relay_from_url(
             url, helo_name=socket.gethostname(), trusted_cafile=config.tls_cafile
         )
         if isinstance(relay, CaptureDirectory):
-            route = Route("capture", str(relay.directory), InThread(relay, pool), max_sessions=1)
-            return cls(route, pool)
-        return cls(Route("smarthost", _host_port(url), relay), pool)
+            return cls(Route("capture", str(relay.directory), InThread(relay), max_sessions=1))
+        return cls(Route("smarthost", _host_port(url), relay))
 
     def route_for(self, address: str) -> Route:
         """The route ``address``'s copy takes."""
         return self.simulator if is_simulated(address) else self.configured
 
     def close(self) -> None:
-        """Stop the synchronous transports' threads (the engine closed every session)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        """Release what the transports hold (the engine closed every session); the routes
+        stay usable."""
+        self.configured.transport.close()
+        self.simulator.transport.close()
 
 
 def _host_port(url: str) -> str:

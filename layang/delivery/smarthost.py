@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from layang.delivery.capture import CaptureDirectory
 from layang.delivery.smtp import SmtpSession
+from layang.delivery.tls_policy import verification_failure
 from layang.tls_trust import client_ssl_context
 
 
@@ -90,14 +91,32 @@ class Smarthost:
         await session.open()
         return session
 
+    def close(self) -> None:
+        """Nothing to release: the engine owns the sessions."""
+
     def refusal(self, session: SmtpSession, job: Any) -> str | None:
         """Why ``session`` may not carry ``job``: a REQUIRETLS message (RFC 8689) over a
         session that is not TLS with a certificate valid for the smarthost's name, to a server
         advertising REQUIRETLS. The reply that bounces it (``550 5.7.30 …``), or None."""
         if not job.envelope.requiretls:
             return None
-        refusal = session.requiretls_refusal(self.trusted_cafile or None)
+        refusal = _requiretls_refusal(session, self.trusted_cafile or None)
         return None if refusal is None else f"550 5.7.30 {refusal}"
+
+
+def _requiretls_refusal(session: SmtpSession, trusted_cafile: str | None) -> str | None:
+    ssl_object = session.ssl_object
+    if ssl_object is None:
+        return f"REQUIRETLS needs TLS but the session with {session.where} is not encrypted"
+    context = session.context
+    verified = context is not None and context.verify_mode == ssl.CERT_REQUIRED
+    if not (verified and context is not None and context.check_hostname):
+        failure = verification_failure(ssl_object, session.server_hostname, trusted_cafile)
+        if failure is not None:
+            return f"REQUIRETLS needs a verified certificate: {failure}"
+    if not session.has("REQUIRETLS"):
+        return f"REQUIRETLS is not supported by {session.where}"
+    return None
 
 
 def relay_from_url(

@@ -20,7 +20,6 @@ anything was sent (the caller retries on a new session: that cannot deliver twic
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import socket
 import ssl
@@ -36,6 +35,7 @@ from layang.delivery.outcomes import (
     format_reply,
     result_for,
 )
+from layang.delivery.replies import Lost, ReplyReader
 from layang.delivery.sites import is_slow_down
 from layang.mail.wire import crlf, data_section
 
@@ -45,7 +45,6 @@ replies. A client that does not read while it writes must bound what it writes, 
 blocked on sending replies not yet read would stop reading what we send (RFC 2920 leaves avoiding
 that deadlock to the client)."""
 _QUIT_TIMEOUT = 5.0
-_MAX_LINE = 8192
 
 
 class Refused(Exception):
@@ -63,14 +62,6 @@ class Refused(Exception):
 class Stale(Exception):
     """A reused session was dead before the transaction started: nothing was delivered, so the
     caller may retry on a new session."""
-
-
-class _Lost(Exception):
-    """The connection failed mid-transaction."""
-
-    def __init__(self, reply: str) -> None:
-        super().__init__(reply)
-        self.reply = reply
 
 
 @dataclass(frozen=True)
@@ -144,7 +135,7 @@ class SmtpSession:
         self.closed = False
         self.reports: list[Any] = []  # what setting it up showed of TLS (TLS-RPT)
         self._transport: asyncio.Transport | None = None
-        self._replies: _Replies | None = None
+        self._replies: ReplyReader | None = None
         self._utf8 = False
 
     def __repr__(self) -> str:
@@ -165,7 +156,7 @@ class SmtpSession:
 
     async def _open(self, starttls: bool) -> None:
         loop = asyncio.get_running_loop()
-        replies = _Replies(self)
+        replies = ReplyReader(self.where, self._describe)
         try:
             self._transport, _ = await asyncio.wait_for(
                 loop.create_connection(
@@ -203,7 +194,7 @@ class SmtpSession:
             raise
         except _PlaintextRetry:
             raise
-        except _Lost as lost:
+        except Lost as lost:
             self._abort()
             raise Refused("connect", 0, lost.reply) from None
         self.last_used = time.monotonic()
@@ -223,23 +214,6 @@ class SmtpSession:
         if code != 250:
             raise Refused("greeting", code, format_reply(code, text))
         self.extensions = {}
-
-    def requiretls_refusal(self, trusted_cafile: str | None = None) -> str | None:
-        """Why this session cannot carry a REQUIRETLS message (RFC 8689: TLS, a certificate
-        valid for the server's name, REQUIRETLS advertised), or None."""
-        from layang.delivery.tls_policy import verification_failure
-
-        ssl_object = self.ssl_object
-        if ssl_object is None:
-            return f"REQUIRETLS needs TLS but the session with {self.where} is not encrypted"
-        verified = self.context is not None and self.context.verify_mode == ssl.CERT_REQUIRED
-        if not (verified and self.context is not None and self.context.check_hostname):
-            failure = verification_failure(ssl_object, self.server_hostname, trusted_cafile)
-            if failure is not None:
-                return f"REQUIRETLS needs a verified certificate: {failure}"
-        if not self.has("REQUIRETLS"):
-            return f"REQUIRETLS is not supported by {self.where}"
-        return None
 
     def detail(self) -> dict[str, Any]:
         """What a delivery event says of the session: the server's name, the address
@@ -379,7 +353,7 @@ class SmtpSession:
                 if code == 421:
                     self._abort()
             return _fill(recipients, results, 0, "no reply")
-        except _Lost as lost:
+        except Lost as lost:
             self._abort()
             return _fill(recipients, results, 0, lost.reply)
         finally:
@@ -459,7 +433,7 @@ class SmtpSession:
         try:
             self._write(payload.encode(self._encoding))
             code, text = await self._reply()
-        except _Lost:
+        except Lost:
             if reused:
                 self._abort()
                 raise Stale from None
@@ -507,7 +481,7 @@ class SmtpSession:
                 if code == 354:
                     self._write(b".\r\n")
                     await self._reply()
-        except _Lost:
+        except Lost:
             self._abort()
 
     async def _send_body(self, message: bytes) -> tuple[int, str]:
@@ -554,7 +528,7 @@ class SmtpSession:
     async def _reset_quietly(self) -> None:
         try:
             code, _ = await self._command("RSET")
-        except _Lost:
+        except Lost:
             code = 0
         if code != 250:
             self._abort()
@@ -563,7 +537,7 @@ class SmtpSession:
 
     def _write(self, data: bytes) -> None:
         if self._transport is None or self._transport.is_closing():
-            raise _Lost(f"connection to {self.where} lost: closed")
+            raise Lost(f"connection to {self.where} lost: closed")
         self._transport.write(data)
 
     async def _command(self, line: str) -> tuple[int, str]:
@@ -571,26 +545,10 @@ class SmtpSession:
         return await self._reply()
 
     async def _reply(self) -> tuple[int, str]:
-        """The next reply: its code (0 if unparseable) and its text lines joined by newlines.
-        Replies that came already are taken at once; a wait has one timer, not a task."""
-        replies = self._replies
-        assert replies is not None
-        if not replies.ready:
-            if replies.failure is None:
-                waiter = asyncio.get_running_loop().create_future()
-                replies.waiter = waiter
-                timer = waiter.get_loop().call_later(self.timeout, _expire, waiter)
-                try:
-                    await waiter
-                finally:
-                    timer.cancel()
-                    replies.waiter = None
-            if not replies.ready:
-                raise _Lost(replies.failure or self._timed_out())
-        return replies.ready.popleft()
-
-    def _timed_out(self) -> str:
-        return f"timed out after {self.timeout:g}s talking to {self.where}"
+        """The next reply: its code (0 if unparseable) and its text lines joined by newlines;
+        raises :class:`Lost` when the connection failed or ``timeout`` passed first."""
+        assert self._replies is not None
+        return await self._replies.next(self.timeout)
 
     # -- ending --------------------------------------------------------------------------
 
@@ -602,7 +560,7 @@ class SmtpSession:
             try:
                 self._write(b"QUIT\r\n")
                 await asyncio.wait_for(self._reply(), min(self.timeout, _QUIT_TIMEOUT))
-            except (TimeoutError, _Lost, OSError):
+            except (TimeoutError, Lost, OSError):
                 pass
         self._abort()
 
@@ -641,67 +599,6 @@ class SmtpSession:
 
 class _PlaintextRetry(Exception):
     pass
-
-
-class _Replies(asyncio.Protocol):
-    """The session's side of the connection: parses replies as they arrive (a reply may span
-    several lines, ``250-…``) and wakes the one waiting for them."""
-
-    def __init__(self, session: SmtpSession) -> None:
-        self.session = session
-        self.buffer = bytearray()
-        self.lines: list[str] = []
-        self.ready: collections.deque[tuple[int, str]] = collections.deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.failure: str | None = None
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
-            line = buffer[start:end].decode("utf-8", errors="replace").rstrip("\r")
-            start = end + 1
-            self.lines.append(line)
-            if line[3:4] != "-":
-                try:
-                    code = int(line[:3])
-                except ValueError:
-                    code = 0
-                self.ready.append((code, "\n".join(each[4:] for each in self.lines)))
-                self.lines = []
-        if start:
-            del buffer[:start]
-        if len(buffer) > _MAX_LINE * 4:
-            self._fail(f"connection to {self.session.where} lost: line too long")
-            if self.session._transport is not None:
-                self.session._transport.abort()
-        elif self.ready:
-            self._wake()
-
-    def eof_received(self) -> bool:
-        return False  # the transport closes; connection_lost follows
-
-    def connection_lost(self, error: Exception | None) -> None:
-        if error is None:
-            reason = f"connection to {self.session.where} lost: Connection unexpectedly closed"
-        else:
-            reason = self.session._describe(error)
-        self._fail(reason)
-
-    def _fail(self, reason: str) -> None:
-        if self.failure is None:
-            self.failure = reason
-        self._wake()
-
-    def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class _Done(list):  # type: ignore[type-arg]

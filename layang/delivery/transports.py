@@ -64,6 +64,10 @@ class Transport(Protocol):
         does not meet RFC 8689), as the reply that bounces it; None when it may."""
         ...
 
+    def close(self) -> None:
+        """Release what the transport holds besides sessions (threads); it stays usable."""
+        ...
+
 
 class Synchronous(Protocol):
     """A transport that blocks (files, made-up outcomes): one call per transaction."""
@@ -74,20 +78,28 @@ class Synchronous(Protocol):
 
 
 class InThread:
-    """A :class:`Synchronous` transport behind the seam: each transaction runs in ``pool``."""
+    """A :class:`Synchronous` transport behind the seam: its transactions run one at a time in
+    a thread of its own (made when first needed, ended by :meth:`close`)."""
 
-    def __init__(self, inner: Synchronous, pool: concurrent.futures.Executor) -> None:
+    def __init__(self, inner: Synchronous) -> None:
         self.inner = inner
-        self.pool = pool
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"<InThread {self.inner!r}>"
 
     async def open(self, job: Any = None) -> _ThreadSession:
-        return _ThreadSession(self.inner, self.pool)
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="transport")
+        return _ThreadSession(self.inner, self._pool)
 
     def refusal(self, session: Session, job: Any) -> str | None:
         return None  # nothing leaves the machine: no transport security to check
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
 
 class _ThreadSession:

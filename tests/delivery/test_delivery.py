@@ -281,6 +281,9 @@ def test_an_unreachable_upstream_is_tried_once_per_message_not_once_per_recipien
         def refusal(self, session, job):
             return smarthost.refusal(session, job)
 
+        def close(self):
+            smarthost.close()
+
     worker.router.configured = replace(worker.router.configured, transport=CountingSmarthost())
     worker.run_once()
     assert len(calls) == 1  # each recipient has its own transaction, but one refusal is enough

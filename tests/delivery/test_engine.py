@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from layang.delivery import engine
+from layang.delivery import pool
 from layang.delivery.worker import Worker
 from layang.models import Event, Recipient
 
@@ -170,7 +170,7 @@ def test_a_session_the_server_let_go_is_replaced_without_a_delay(
 def test_an_idle_session_is_closed_rather_than_reused(
     client, auth, upstream, relay_to, monkeypatch
 ):
-    monkeypatch.setattr(engine, "IDLE_SECONDS", 0.1)
+    monkeypatch.setattr(pool, "IDLE_SECONDS", 0.1)
     worker = relay_to(upstream)
     send_batch(client, auth, 1, "first")
     worker.run_once()
