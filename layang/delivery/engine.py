@@ -22,8 +22,9 @@ The life of one job, step by step (:meth:`Engine._step`): *ensure a session* (an
 new one: room in the pool, a slot of the site, the transport opens it), *check the transport
 policy* (a REQUIRETLS message bounces on a session that cannot carry it), *wait for the site's
 rate*, *transact* (the message's end waits for :class:`~layang.delivery.admission.Admission`),
-*report to the site* (a slow-down halves its limit and holds its mail), and *keep or retire
-the session*. The outcome goes to the ledger at once.
+*report to the site* (a slow-down halves its limit and holds its mail), *settle what waits
+behind a destination that went away*, and *keep or retire the session*. The outcome goes to
+the ledger at once.
 
 The parts (the ready queues of :mod:`~layang.delivery.jobs`, :mod:`~layang.delivery.pool`,
 :mod:`~layang.delivery.slots`, :mod:`~layang.delivery.policies`,
@@ -254,6 +255,7 @@ class Engine:
         if result is None:  # a stale reused session: the job is queued again
             return None
         await self._report_to_site(destination, session, result)
+        self._settle_if_gone(destination, session, result)
         return await self._keep_or_retire(destination, session)
 
     async def _ensure_session(
@@ -351,10 +353,6 @@ class Engine:
                 "policy": "none",
             }
         self._finish(job, result)
-        if result.outcome == DEFERRED and result.code in (0, 421) and session.closed:
-            # The destination went away: the jobs queued behind this one would wait out the
-            # same failure one by one.
-            self._fail_queue(destination, result)
         return result
 
     async def _admit(self, job: Job) -> None:
@@ -374,6 +372,15 @@ class Engine:
             await self._close(session)
             if not view.open:
                 self._hold_site(destination, view.until_ms, view.reason or "slow down")
+
+    def _settle_if_gone(
+        self, destination: Destination, session: Pooled, result: RecipientResult
+    ) -> None:
+        """The destination went away (no reply, or 421 and the session closed): the jobs
+        queued behind would wait out the same failure one by one. After the site was told:
+        a site that asked to slow down has its queue held instead (nothing is left here)."""
+        if result.outcome == DEFERRED and result.code in (0, 421) and session.closed:
+            self._fail_queue(destination, result)
 
     async def _keep_or_retire(self, destination: Destination, session: Pooled) -> Pooled | None:
         if session.closed or session.transactions >= destination.per_session or session.retiring:
