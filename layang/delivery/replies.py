@@ -1,4 +1,5 @@
-"""Reading an SMTP server's replies as they arrive, for one client session.
+"""Reading an SMTP server's replies as they arrive, for one client session, and wording what
+went wrong with the connection.
 
 A reply may span several lines (``250-…`` then ``250 …``, RFC 5321 section 4.2.1); replies to
 pipelined commands arrive together and are taken in order. The reader is the connection's
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
+import ssl
 from collections.abc import Callable
 
 MAX_LINE = 8192
@@ -106,3 +109,32 @@ class ReplyReader(asyncio.Protocol):
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def failure(
+    error: BaseException,
+    where: str,
+    host: str,
+    timeout: float,
+    *,
+    connecting: bool = False,
+    handshake: bool = False,
+) -> str:
+    """What went wrong with the connection to ``where`` (``host``), as a reply's text: what
+    a recipient's Delay shows."""
+    if handshake and not isinstance(error, (ssl.SSLError, TimeoutError)):
+        # A server giving up on the handshake resets the connection, often without a word.
+        return f"TLS with {where} failed: {error or type(error).__name__}"
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+        return f"timed out after {timeout:g}s talking to {where}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused by {where}: {error}"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {host}: {error}"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"TLS certificate of {where} not accepted: {error.verify_message}"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS with {where} failed: {error}"
+    if connecting:
+        return f"cannot connect to {where}: {error}"
+    return f"network error talking to {where}: {error}"

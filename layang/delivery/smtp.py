@@ -20,8 +20,8 @@ anything was sent (the caller retries on a new session: that cannot deliver twic
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +35,7 @@ from layang.delivery.outcomes import (
     format_reply,
     result_for,
 )
-from layang.delivery.replies import Lost, ReplyReader
+from layang.delivery.replies import Lost, ReplyReader, failure
 from layang.delivery.sites import is_slow_down
 from layang.mail.wire import crlf, data_section
 
@@ -251,7 +251,9 @@ class SmtpSession:
         except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as error:
             if required or not self.plaintext_fallback:
                 self.tls_error = error
-                raise Refused("tls", 0, self._handshake_failure(error)) from None
+                raise Refused(
+                    "tls", 0, failure(error, self.where, self.host, self.timeout, handshake=True)
+                ) from None
             # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
             raise _PlaintextRetry from None
         if transport is None:
@@ -298,14 +300,14 @@ class SmtpSession:
         mechanisms = self.extensions["AUTH"].upper().split()
         user, password = self.credentials
         if "PLAIN" in mechanisms:
-            token = _b64(f"\0{user}\0{password}")
+            token = _base64(f"\0{user}\0{password}")
             code, text = await self._command(f"AUTH PLAIN {token}")
         elif "LOGIN" in mechanisms:
             code, text = await self._command("AUTH LOGIN")
             if code == 334:
-                code, text = await self._command(_b64(user))
+                code, text = await self._command(_base64(user))
             if code == 334:
-                code, text = await self._command(_b64(password))
+                code, text = await self._command(_base64(password))
         else:
             raise Refused("auth", 0, "authentication failed: no mechanism in common")
         if code != 235:
@@ -575,26 +577,8 @@ class SmtpSession:
             with contextlib.suppress(Exception):  # a broken transport is already gone
                 transport.abort()
 
-    def _handshake_failure(self, error: BaseException) -> str:
-        if isinstance(error, (ssl.SSLError, TimeoutError)):
-            return self._describe(error)
-        # A server giving up on the handshake resets the connection, often without a word.
-        return f"TLS with {self.where} failed: {error or type(error).__name__}"
-
     def _describe(self, error: BaseException, connecting: bool = False) -> str:
-        if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
-            return f"timed out after {self.timeout:g}s talking to {self.where}"
-        if isinstance(error, ConnectionRefusedError):
-            return f"connection refused by {self.where}: {error}"
-        if isinstance(error, socket.gaierror):
-            return f"cannot resolve {self.host}: {error}"
-        if isinstance(error, ssl.SSLCertVerificationError):
-            return f"TLS certificate of {self.where} not accepted: {error.verify_message}"
-        if isinstance(error, ssl.SSLError):
-            return f"TLS with {self.where} failed: {error}"
-        if connecting:
-            return f"cannot connect to {self.where}: {error}"
-        return f"network error talking to {self.where}: {error}"
+        return failure(error, self.where, self.host, self.timeout, connecting=connecting)
 
 
 class _PlaintextRetry(Exception):
@@ -614,9 +598,7 @@ def _about_the_pace(text: str) -> bool:
     return is_slow_down(f"450 {text}")
 
 
-def _b64(value: str) -> str:
-    import base64
-
+def _base64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
