@@ -9,13 +9,11 @@ each worker process, and is exposed by that process (``LAYANG_WORKER_METRICS_BIN
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import socketserver
 import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import peewee
@@ -107,16 +105,6 @@ def site_outcome(site: str, outcome: str) -> None:
                     registry=PROCESS_REGISTRY,
                 )
     _site_outcomes.labels(site=site, outcome=outcome).inc()
-
-
-@contextlib.contextmanager
-def timed_relay() -> Iterator[None]:
-    """Observe the time the enclosed relay call took, whether it succeeded or not."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        relay_latency().observe(time.perf_counter() - started)
 
 
 class DatabaseCollector:

@@ -1,11 +1,11 @@
-"""Direct to MX: the ``mx:`` route, and how the engine opens a session to a recipient's site.
+"""Direct to MX: the transport of the ``mx:`` route, which opens sessions to a recipient's site.
 
-The route has no connection of its own. The engine resolves each recipient domain
-(:mod:`layang.delivery.mx`) to its site and MX hosts, queues the copy on the site, and opens
-sessions with :func:`open_session`: the hosts in the order RFC 5321 gives (equal preferences
+The engine resolves each recipient domain (:mod:`layang.destinations.mx`) to its site and MX hosts,
+looks up its transport policy, queues the copy on the site, and asks :class:`MxTransport` for
+sessions (:func:`open_session`): the hosts in the order RFC 5321 gives (equal preferences
 shuffled), each address of a host in turn, the next one after a refused connection, a timeout
 or a greeting that is not 220. Sessions leave from the configured source addresses in turn,
-each announcing its own EHLO name. The site's shared state (:mod:`layang.delivery.sites`)
+each announcing its own EHLO name. The site's shared state (:mod:`layang.destinations.sites`)
 decides whether a session may start at all.
 """
 
@@ -14,18 +14,21 @@ from __future__ import annotations
 import itertools
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import dns.asyncresolver
 
 from layang.config import Config
 from layang.delivery.smtp import Refused, SmtpSession
+from layang.destinations import policy as tls_policy
 from layang.destinations.certificates import ssl_context
 from layang.destinations.dns import policy_resolver
 from layang.destinations.mx import Destination, MxHost, MxResolver
-from layang.destinations.policy import TlsSettings
+from layang.destinations.policy import OPPORTUNISTIC, TlsSettings, TransportPolicy
 from layang.destinations.shaping import Shaping
+from layang.mail.message import REQUIRETLS
 
 CONNECT_TIMEOUT = 30.0
 REPLY_TIMEOUT = 120.0
@@ -39,9 +42,9 @@ class Source:
     ehlo_name: str
 
 
-class MxRoute:
+class MxTransport:
     """The transport of the ``mx:`` route: the shaping rules, the source addresses, the MX
-    port. Its sessions are opened by the engine (``open_session``), never by ``send``."""
+    port, the TLS settings; opens sessions to the MX hosts of a job's resolved domain."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -67,7 +70,7 @@ class MxRoute:
         self.tls_context = ssl_context(False, config.tls_cafile or None)
 
     def __repr__(self) -> str:
-        return f"<MxRoute port={self.port} sources={len(self.sources)}>"
+        return f"<MxTransport port={self.port} sources={len(self.sources)}>"
 
     def resolver_for_loop(self) -> MxResolver:
         if self.resolver is None:
@@ -86,25 +89,102 @@ class MxRoute:
         pool = self.pools.get(stream)
         return next(pool) if pool is not None else next(self._turn)
 
-    def send(self, *args: object, **kwargs: object) -> object:
-        raise TypeError("the mx: route is driven by the delivery engine")
+    async def open(self, job: Any) -> SmtpSession:
+        """A session to one of the MX hosts of ``job.mx`` (a resolved
+        :class:`~layang.destinations.mx.Destination`) that meets ``job.policy`` (its domain's
+        :class:`~layang.destinations.policy.TransportPolicy`); raises the last
+        :class:`Refused` when none does. What each session's TLS showed, for TLS-RPT (RFC
+        8460), is left in ``reports`` of the session or the refusal (see :class:`TlsReport`),
+        for the caller to record: this runs on the event loop, recording does not."""
+        resolved: Destination = job.mx
+        policy: TransportPolicy = job.policy or TransportPolicy(
+            resolved.domain, mx_hosts=tuple(h.name for h in resolved.hosts)
+        )
+        reports: list[TlsReport] = []
+
+        def check(smtp: SmtpSession) -> str | None:
+            outcome = tls_policy.check_session(
+                policy,
+                smtp.host,
+                None if smtp.closed else smtp.ssl_object,
+                smtp.offered_starttls,
+                error=smtp.tls_error,
+                cafile=self.config.tls_cafile or None,
+            )
+            smtp.tls_info = outcome.tls
+            if self.config.tlsrpt and (policy.kind != OPPORTUNISTIC or outcome.failure_type):
+                reports.append(
+                    TlsReport(
+                        resolved.domain,
+                        policy,
+                        smtp.host,
+                        outcome.ok and outcome.succeeded,
+                        outcome.failure_type,
+                        outcome.failure,
+                    )
+                )
+            return None if outcome.ok else outcome.reply
+
+        try:
+            session = await open_session(
+                self,
+                resolved,
+                context=self.tls_context,
+                hosts=policy.mx_hosts,
+                plaintext_fallback=not policy.requires_verified_tls,
+                check=check,
+                stream=job.stream,
+            )
+        except Refused as refused:
+            refused.reports = reports
+            raise
+        session.reports = reports
+        return session
 
     def close(self) -> None:
-        """Nothing to drop: the engine owns the sessions."""
+        """Nothing to release: the engine owns the sessions."""
+
+    def refusal(self, session: SmtpSession, job: Any) -> str | None:
+        """Why a REQUIRETLS message may not go over ``session`` (RFC 8689: verified TLS, by
+        MTA-STS, DANE or the MX name's certificate, to a server offering REQUIRETLS)."""
+        policy = job.policy or TransportPolicy(session.host, mx_hosts=(session.host,))
+        outcome = tls_policy.check_session(
+            policy,
+            session.host,
+            session.ssl_object,
+            session.offered_starttls,
+            requirement=REQUIRETLS,
+            requiretls_advertised=session.has("REQUIRETLS"),
+            cafile=self.config.tls_cafile or None,
+        )
+        return None if outcome.ok else outcome.reply
+
+
+@dataclass(frozen=True)
+class TlsReport:
+    """What one session's TLS showed, as TLS-RPT counts it (``tlsrpt.record_session``'s
+    arguments)."""
+
+    domain: str
+    policy: TransportPolicy
+    host: str
+    succeeded: bool
+    failure_type: str | None
+    failure: str | None
 
 
 _OPPORTUNISTIC = ssl_context(False)
 
 
 async def open_session(
-    route: MxRoute,
+    route: MxTransport,
     destination: Destination,
     *,
     tls: str = "may",
     context: ssl.SSLContext | None = None,
     hosts: tuple[str, ...] | None = None,
     plaintext_fallback: bool = True,
-    check: Callable[[SmtpSession], Awaitable[str | None]] | None = None,
+    check: Callable[[SmtpSession], str | None] | None = None,
     stream: str = "transactional",
 ) -> SmtpSession:
     """A session to the first MX host of ``destination`` that takes one; raises the last
@@ -135,13 +215,13 @@ async def open_session(
                 await session.open()
             except Refused as refused:
                 if refused.kind == "tls" and check is not None:
-                    refusal = await check(session)
+                    refusal = check(session)
                     if refusal is not None:
                         refused = Refused("tls", 451, refusal)
                 last = refused
                 continue
             if check is not None:
-                refusal = await check(session)
+                refusal = check(session)
                 if refusal is not None:
                     await session.close()
                     last = Refused("tls", 451, refusal)

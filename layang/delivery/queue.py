@@ -18,7 +18,7 @@ from typing import Any
 from layang.clock import iso_ms, now_ms
 from layang.db import database, is_postgresql, write_transaction
 from layang.delivery import simulator
-from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult
+from layang.delivery.outcomes import BOUNCED, DEFERRED, DELIVERED, RecipientResult
 from layang.mail.bounce_class import classify
 from layang.mail.events import append_events
 from layang.mail.message import REQUIRETLS, OutgoingMessage

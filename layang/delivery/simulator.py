@@ -20,13 +20,12 @@ one (the circuit breaker's tests send to hundreds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from layang.delivery.relay import BOUNCED, DEFERRED, DELIVERED, RecipientResult, SendResult
+from layang.delivery.outcomes import BOUNCED, DEFERRED, DELIVERED, RecipientResult
+from layang.delivery.smtp import Envelope
 from layang.mail.message import SIMULATOR_DOMAIN as DOMAIN
 from layang.mail.message import is_simulated
 
-__all__ = ["DOMAIN", "SimulatorRelay", "complains", "is_simulated", "simulate"]
+__all__ = ["DOMAIN", "MailboxSimulator", "complains", "is_simulated", "simulate"]
 
 
 def simulate(address: str, attempt: int) -> RecipientResult:
@@ -64,25 +63,12 @@ COMPLAINT_DETAIL = {"feedbackType": "abuse", "source": "mailbox simulator"}
 """The detail of a simulated complaint, as a feedback report would give it."""
 
 
-class SimulatorRelay:
+class MailboxSimulator:
     """The simulator's transport: every recipient gets its mailbox's outcome, nothing leaves."""
 
     def __repr__(self) -> str:
-        return "<SimulatorRelay>"
+        return "<MailboxSimulator>"
 
-    def send(
-        self,
-        mail_from: str,
-        recipients: Sequence[str],
-        message: bytes,
-        *,
-        reference: str = "",
-        crlf_clean: bool = False,
-        attempt: int = 1,
-        require_tls: bool = False,
-    ) -> SendResult:
-        """The outcome of attempt number ``attempt`` for each of ``recipients``."""
-        return SendResult(tuple(simulate(address, attempt) for address in recipients))
-
-    def close(self) -> None:
-        """Nothing to release."""
+    def deliver(self, envelope: Envelope) -> list[RecipientResult]:
+        """The outcome of attempt number ``envelope.attempt`` for each of its recipients."""
+        return [simulate(address, envelope.attempt) for address in envelope.recipients]

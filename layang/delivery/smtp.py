@@ -1,43 +1,50 @@
-"""One SMTP client session on asyncio: what the delivery engine runs hundreds of at once.
+"""One SMTP client session on asyncio: the only SMTP client Layang sends with.
 
-The pipelined relay of :mod:`layang.delivery.relay`, ported to asyncio streams: with PIPELINING
-(RFC 2920) MAIL, every RCPT and DATA go out in one write and their replies are read afterwards,
-so a message costs two round trips. aiosmtplib was the other candidate; it writes one command
-and waits for its reply each time (no PIPELINING), which costs three round trips and more per
-message: against servers 25-100 ms away that is the difference that matters, so the port won.
+With PIPELINING (RFC 2920) MAIL, every RCPT and DATA go out in one write and their replies are
+read afterwards, so a message costs two round trips; a server without it gets one command at a
+time. aiosmtplib was the other candidate; it writes one command and waits for its reply each
+time (no PIPELINING), which costs three round trips and more per message: against servers
+25-100 ms away that is the difference that matters.
 
 A session is opened once (connect, greeting, EHLO, STARTTLS, AUTH) and then carries many
-transactions; outcomes follow :class:`~layang.delivery.relay.SmtpRelay` exactly (same reply
-texts, same rules for 421, refused MAIL, DATA without accepted recipients). Nothing here raises
-for delivery problems except :class:`Refused` from :meth:`SmtpSession.open`, which says why the
-session could not be set up (so the caller can try another host) and :class:`Stale` from
-:meth:`SmtpSession.send` when a reused session was found dead before anything was sent.
+transactions, one at a time. Outcomes (:mod:`layang.delivery.outcomes`) come from the replies:
+MAIL's applies to everyone, each RCPT's to its recipient, the reply to the message (or a
+refused DATA) to every accepted one; a network failure or timeout defers (code 0) whoever has
+no reply yet. Nothing here raises for delivery problems except :class:`Refused` from
+:meth:`SmtpSession.open`, which says why the session could not be set up (so the caller can try
+another host, and defers the mail whatever the code: it is about the server, not the message),
+and :class:`Stale` from :meth:`SmtpSession.send` when a reused session was found dead before
+anything was sent (the caller retries on a new session: that cannot deliver twice).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import base64
 import contextlib
-import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layang.delivery.relay import (
+from layang.delivery.outcomes import (
     BOUNCED,
     DEFERRED,
     RecipientResult,
     format_reply,
     result_for,
 )
+from layang.delivery.replies import Lost, ReplyReader, failure
+from layang.destinations.shaping import speaks_of_pace
 from layang.mail.wire import crlf, data_section
 
 _GROUP = 100
+"""At most this many RCPT commands (with MAIL before, DATA after) are written ahead of their
+replies. A client that does not read while it writes must bound what it writes, or a server
+blocked on sending replies not yet read would stop reading what we send (RFC 2920 leaves avoiding
+that deadlock to the client)."""
 _QUIT_TIMEOUT = 5.0
-_MAX_LINE = 8192
 
 
 class Refused(Exception):
@@ -49,6 +56,7 @@ class Refused(Exception):
         self.kind = kind
         self.code = code
         self.reply = reply
+        self.reports: list[Any] = []  # what the sessions tried showed of TLS (TLS-RPT)
 
 
 class Stale(Exception):
@@ -56,24 +64,24 @@ class Stale(Exception):
     caller may retry on a new session."""
 
 
-class _Lost(Exception):
-    """The connection failed mid-transaction."""
-
-    def __init__(self, reply: str) -> None:
-        super().__init__(reply)
-        self.reply = reply
-
-
 @dataclass(frozen=True)
 class Envelope:
     """One transaction: the envelope sender, the recipients, the bytes, and MAIL parameters
-    the message asks for (``requiretls``)."""
+    the message asks for (``requiretls``: RFC 8689).
+
+    ``crlf_clean=True`` promises that every line of ``data`` already ends in CRLF (true of
+    everything :mod:`layang.mail.compose` builds), which spares a scan of every byte; bytes
+    from elsewhere (SMTP submission) leave it False, and bare CR or LF line ends go out as CRLF.
+    ``reference`` (the transmission) names capture files; ``attempt`` counts the tries of these
+    recipients (1 for the first), read only by the mailbox simulator."""
 
     mail_from: str
     recipients: tuple[str, ...]
     data: bytes
     crlf_clean: bool = False
     requiretls: bool = False
+    reference: str = ""
+    attempt: int = 1
 
 
 class SmtpSession:
@@ -125,8 +133,9 @@ class SmtpSession:
         self.transactions = 0
         self.last_used = time.monotonic()
         self.closed = False
+        self.reports: list[Any] = []  # what setting it up showed of TLS (TLS-RPT)
         self._transport: asyncio.Transport | None = None
-        self._replies: _Replies | None = None
+        self._replies: ReplyReader | None = None
         self._utf8 = False
 
     def __repr__(self) -> str:
@@ -147,7 +156,7 @@ class SmtpSession:
 
     async def _open(self, starttls: bool) -> None:
         loop = asyncio.get_running_loop()
-        replies = _Replies(self)
+        replies = ReplyReader(self.where, self._describe)
         try:
             self._transport, _ = await asyncio.wait_for(
                 loop.create_connection(
@@ -185,7 +194,7 @@ class SmtpSession:
             raise
         except _PlaintextRetry:
             raise
-        except _Lost as lost:
+        except Lost as lost:
             self._abort()
             raise Refused("connect", 0, lost.reply) from None
         self.last_used = time.monotonic()
@@ -206,22 +215,10 @@ class SmtpSession:
             raise Refused("greeting", code, format_reply(code, text))
         self.extensions = {}
 
-    def requiretls_refusal(self, trusted_cafile: str | None = None) -> str | None:
-        """Why this session cannot carry a REQUIRETLS message (RFC 8689: TLS, a certificate
-        valid for the server's name, REQUIRETLS advertised), or None."""
-        from layang.destinations.certificates import verification_failure
-
-        ssl_object = self.ssl_object
-        if ssl_object is None:
-            return f"REQUIRETLS needs TLS but the session with {self.where} is not encrypted"
-        verified = self.context is not None and self.context.verify_mode == ssl.CERT_REQUIRED
-        if not (verified and self.context is not None and self.context.check_hostname):
-            failure = verification_failure(ssl_object, self.server_hostname, trusted_cafile)
-            if failure is not None:
-                return f"REQUIRETLS needs a verified certificate: {failure}"
-        if not self.has("REQUIRETLS"):
-            return f"REQUIRETLS is not supported by {self.where}"
-        return None
+    def detail(self) -> dict[str, Any]:
+        """What a delivery event says of the session: the server's name, the address
+        reached, and its TLS (None in plaintext)."""
+        return {"host": self.host, "address": self.peer, "tls": self.tls_info}
 
     def has(self, extension: str) -> bool:
         """Whether the server advertised ``extension`` (case-insensitive) in its EHLO reply."""
@@ -254,7 +251,9 @@ class SmtpSession:
         except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as error:
             if required or not self.plaintext_fallback:
                 self.tls_error = error
-                raise Refused("tls", 0, self._describe(error)) from None
+                raise Refused(
+                    "tls", 0, failure(error, self.where, self.host, self.timeout, handshake=True)
+                ) from None
             # Like Postfix at the "may" level: a failed handshake means plaintext, not no mail.
             raise _PlaintextRetry from None
         if transport is None:
@@ -301,14 +300,14 @@ class SmtpSession:
         mechanisms = self.extensions["AUTH"].upper().split()
         user, password = self.credentials
         if "PLAIN" in mechanisms:
-            token = _b64(f"\0{user}\0{password}")
+            token = _base64(f"\0{user}\0{password}")
             code, text = await self._command(f"AUTH PLAIN {token}")
         elif "LOGIN" in mechanisms:
             code, text = await self._command("AUTH LOGIN")
             if code == 334:
-                code, text = await self._command(_b64(user))
+                code, text = await self._command(_base64(user))
             if code == 334:
-                code, text = await self._command(_b64(password))
+                code, text = await self._command(_base64(password))
         else:
             raise Refused("auth", 0, "authentication failed: no mechanism in common")
         if code != 235:
@@ -331,6 +330,10 @@ class SmtpSession:
         if not envelope.crlf_clean:
             message = crlf(message)
         try:
+            # No RSET before a transaction on a reused session: every earlier transaction ended
+            # cleanly (completed, refused at MAIL, or reset), and a session the server dropped
+            # meanwhile shows itself at MAIL (``Stale``). The RSET round trip cost a third of a
+            # message's time on a fast link.
             refused = self._unsendable(envelope, results)
             if refused is not None:
                 return _all(recipients, 0, refused, BOUNCED)
@@ -352,7 +355,7 @@ class SmtpSession:
                 if code == 421:
                     self._abort()
             return _fill(recipients, results, 0, "no reply")
-        except _Lost as lost:
+        except Lost as lost:
             self._abort()
             return _fill(recipients, results, 0, lost.reply)
         finally:
@@ -379,7 +382,7 @@ class SmtpSession:
             results[index] = result_for(recipients[index], code, format_reply(code, text))
             if code == 421:
                 self._abort()
-                _set_rest(results, recipients, code, format_reply(code, text))
+                _set_all(results, recipients, code, format_reply(code, text))
                 return _Done()
         if not accepted:
             await self._reset_quietly()
@@ -421,7 +424,7 @@ class SmtpSession:
                 results[index] = result_for(recipients[index], code, format_reply(code, text))
                 if code == 421:
                     self._abort()
-                    _set_rest(results, recipients, code, format_reply(code, text))
+                    _set_all(results, recipients, code, format_reply(code, text))
                     return _Done()
         code, text = await self._reply()
         return await self._after_data(recipients, accepted, results, code, text)
@@ -432,14 +435,14 @@ class SmtpSession:
         try:
             self._write(payload.encode(self._encoding))
             code, text = await self._reply()
-        except _Lost:
+        except Lost:
             if reused:
                 self._abort()
                 raise Stale from None
             raise
         if code == 421:
             self._abort()
-            if reused and not _slow_down(text):
+            if reused and not _about_the_pace(text):
                 raise Stale
         return code, text
 
@@ -454,7 +457,8 @@ class SmtpSession:
         if code == 354 and accepted:
             return accepted
         if code == 354:
-            # RFC 2920 section 3.1: no RCPT accepted but DATA was: send a single dot.
+            # RFC 2920 section 3.1: no RCPT accepted but DATA was: "the client SMTP should send
+            # a single dot"; the server refuses the empty message, which ends the transaction.
             self._write(b".\r\n")
             code, _ = await self._reply()
             if code == 421:
@@ -466,6 +470,7 @@ class SmtpSession:
         if code == 421:
             self._abort()
         else:
+            # A refused DATA leaves the transaction open; the next MAIL would be "nested".
             await self._reset_quietly()
         return _Done()
 
@@ -478,7 +483,7 @@ class SmtpSession:
                 if code == 354:
                     self._write(b".\r\n")
                     await self._reply()
-        except _Lost:
+        except Lost:
             self._abort()
 
     async def _send_body(self, message: bytes) -> tuple[int, str]:
@@ -525,7 +530,7 @@ class SmtpSession:
     async def _reset_quietly(self) -> None:
         try:
             code, _ = await self._command("RSET")
-        except _Lost:
+        except Lost:
             code = 0
         if code != 250:
             self._abort()
@@ -534,7 +539,7 @@ class SmtpSession:
 
     def _write(self, data: bytes) -> None:
         if self._transport is None or self._transport.is_closing():
-            raise _Lost(f"connection to {self.where} lost: closed")
+            raise Lost(f"connection to {self.where} lost: closed")
         self._transport.write(data)
 
     async def _command(self, line: str) -> tuple[int, str]:
@@ -542,26 +547,10 @@ class SmtpSession:
         return await self._reply()
 
     async def _reply(self) -> tuple[int, str]:
-        """The next reply: its code (0 if unparseable) and its text lines joined by newlines.
-        Replies that came already are taken at once; a wait has one timer, not a task."""
-        replies = self._replies
-        assert replies is not None
-        if not replies.ready:
-            if replies.failure is None:
-                waiter = asyncio.get_running_loop().create_future()
-                replies.waiter = waiter
-                timer = waiter.get_loop().call_later(self.timeout, _expire, waiter)
-                try:
-                    await waiter
-                finally:
-                    timer.cancel()
-                    replies.waiter = None
-            if not replies.ready:
-                raise _Lost(replies.failure or self._timed_out())
-        return replies.ready.popleft()
-
-    def _timed_out(self) -> str:
-        return f"timed out after {self.timeout:g}s talking to {self.where}"
+        """The next reply: its code (0 if unparseable) and its text lines joined by newlines;
+        raises :class:`Lost` when the connection failed or ``timeout`` passed first."""
+        assert self._replies is not None
+        return await self._replies.next(self.timeout)
 
     # -- ending --------------------------------------------------------------------------
 
@@ -573,7 +562,7 @@ class SmtpSession:
             try:
                 self._write(b"QUIT\r\n")
                 await asyncio.wait_for(self._reply(), min(self.timeout, _QUIT_TIMEOUT))
-            except (TimeoutError, _Lost, OSError):
+            except (TimeoutError, Lost, OSError):
                 pass
         self._abort()
 
@@ -589,99 +578,26 @@ class SmtpSession:
                 transport.abort()
 
     def _describe(self, error: BaseException, connecting: bool = False) -> str:
-        if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
-            return f"timed out after {self.timeout:g}s talking to {self.where}"
-        if isinstance(error, ConnectionRefusedError):
-            return f"connection refused by {self.where}: {error}"
-        if isinstance(error, socket.gaierror):
-            return f"cannot resolve {self.host}: {error}"
-        if isinstance(error, ssl.SSLCertVerificationError):
-            return f"TLS certificate of {self.where} not accepted: {error.verify_message}"
-        if isinstance(error, ssl.SSLError):
-            return f"TLS with {self.where} failed: {error}"
-        if connecting:
-            return f"cannot connect to {self.where}: {error}"
-        return f"network error talking to {self.where}: {error}"
+        return failure(error, self.where, self.host, self.timeout, connecting=connecting)
 
 
 class _PlaintextRetry(Exception):
     pass
 
 
-class _Replies(asyncio.Protocol):
-    """The session's side of the connection: parses replies as they arrive (a reply may span
-    several lines, ``250-…``) and wakes the one waiting for them."""
-
-    def __init__(self, session: SmtpSession) -> None:
-        self.session = session
-        self.buffer = bytearray()
-        self.lines: list[str] = []
-        self.ready: collections.deque[tuple[int, str]] = collections.deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.failure: str | None = None
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
-            line = buffer[start:end].decode("utf-8", errors="replace").rstrip("\r")
-            start = end + 1
-            self.lines.append(line)
-            if line[3:4] != "-":
-                try:
-                    code = int(line[:3])
-                except ValueError:
-                    code = 0
-                self.ready.append((code, "\n".join(each[4:] for each in self.lines)))
-                self.lines = []
-        if start:
-            del buffer[:start]
-        if len(buffer) > _MAX_LINE * 4:
-            self._fail(f"connection to {self.session.where} lost: line too long")
-            if self.session._transport is not None:
-                self.session._transport.abort()
-        elif self.ready:
-            self._wake()
-
-    def eof_received(self) -> bool:
-        return False  # the transport closes; connection_lost follows
-
-    def connection_lost(self, error: Exception | None) -> None:
-        if error is None:
-            reason = f"connection to {self.session.where} lost: Connection unexpectedly closed"
-        else:
-            reason = self.session._describe(error)
-        self._fail(reason)
-
-    def _fail(self, reason: str) -> None:
-        if self.failure is None:
-            self.failure = reason
-        self._wake()
-
-    def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
 class _Done(list):  # type: ignore[type-arg]
     """The transaction ended before the body (results are set)."""
 
 
-def _slow_down(text: str) -> bool:
-    from layang.destinations.shaping import is_slow_down
+def _about_the_pace(text: str) -> bool:
+    """Whether a 421 that ended a reused session speaks of the site's pace rather than of the
+    session: every 421 slows a site down
+    (:func:`~layang.destinations.shaping.is_slow_down`), but a server closing a session it kept
+    for a while (``421 4.4.2 Idle too long``) says nothing of the pace."""
+    return speaks_of_pace(f"421 {text}")
 
-    return is_slow_down(f"421 {text}")
 
-
-def _b64(value: str) -> str:
-    import base64
-
+def _base64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
@@ -697,12 +613,6 @@ def _set_all(
     for index, result in enumerate(results):
         if result is None:
             results[index] = result_for(recipients[index], code, reply)
-
-
-def _set_rest(
-    results: list[RecipientResult | None], recipients: Sequence[str], code: int, reply: str
-) -> None:
-    _set_all(results, recipients, code, reply)
 
 
 def _fill(

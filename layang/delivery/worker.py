@@ -1,16 +1,19 @@
 """The sender: claims due emails, builds their copies, and hands them to the delivery engine.
 
 A worker claims due emails under a lease and builds each recipient's copy (compose, return path,
-DKIM) in its own thread; the engine (:mod:`layang.delivery.engine`) sends them over many sessions
-at once, and the bookkeeper thread records outcomes in batches and keeps the lease of everything
-the worker holds alive.
+DKIM) in its own thread; the engine (:mod:`layang.delivery.engine`, where the threads of a worker
+are described) sends them over many sessions at once, and the bookkeeper thread records outcomes
+in batches and keeps the lease of everything the worker holds alive. The engine and the
+bookkeeper meet through the engine's :class:`~layang.delivery.jobs.Ledger`, which the
+bookkeeper is.
 
 Exactly once without a crash: an email is sent only while its lease is held, and the lease is
 renewed (every quarter lease) until its outcome is recorded, however long an SMTP reply takes;
 no other worker can claim it meanwhile. Emails waiting behind a destination that stopped
 answering are handed back so that other workers carry on with them. At least once across
 crashes: a worker that dies stops renewing, and its emails are claimed again once the lease runs
-out; sending never runs more than ``MAX_UNRECORDED`` recipients ahead of recording.
+out; sending never runs more than ``MAX_UNRECORDED`` recipients ahead of recording (why that
+bounds what a crash sends twice: :mod:`layang.delivery.admission`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery.build import CopyBuilder
 from layang.delivery.engine import MAX_UNRECORDED, Engine, Job
+from layang.delivery.outcomes import BOUNCED, RecipientResult
 from layang.delivery.queue import (
     RECIPIENTS,
     Attempt,
@@ -40,7 +44,6 @@ from layang.delivery.queue import (
     record_suppressed,
     record_waiting,
 )
-from layang.delivery.relay import BOUNCED, RecipientResult
 from layang.delivery.routes import Router, Transport
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
@@ -48,6 +51,7 @@ from layang.destinations.sites import Throttle
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
+from layang.queueing.bridge import LoopSignal
 from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
@@ -90,6 +94,8 @@ class Worker:
         self.builder = CopyBuilder(config)
         self.chores = chores
         self.leases = LeaseKeeper(RECIPIENTS, self.owner, config.lease_seconds)
+        # Set by the bookkeeper after each batch it records: wakes sending held at the cap.
+        self.recorded = LoopSignal()
         self.books = Bookkeeper(self)
         # Set when a cycle broke off: what it held is handed back once the database answers
         # again, rather than waiting for the lease to run out.
@@ -104,14 +110,12 @@ class Worker:
     def engine(self) -> Engine:
         if self._engine is None:
             self._engine = Engine(
+                self.books,
                 connections=self.config.worker_connections,
-                helo_name=socket.gethostname(),
-                unrecorded=self.books.unrecorded_total,
-                hand_back=self.books.hand_back,
                 stall_seconds=min(STALL_SECONDS, self.config.lease_seconds / 2),
                 lease_fresh=self.leases.fresh,
+                recorded=self.recorded,
                 owner=self.owner,
-                hold=self.books.hold_for_site,
                 lease_seconds=self.config.lease_seconds,
                 throttle=Throttle.from_config(self.config),
             )
@@ -207,7 +211,7 @@ class Worker:
         for recipient in claimed:
             groups.setdefault(recipient.transmission_id, []).append(recipient)
         transmissions = load_transmissions(list(groups))
-        self.books.hold(r.id for r in claimed)
+        self.books.keep(r.id for r in claimed)
         groups = self.without_suppressed(groups, transmissions)
         self.builder.load(t.account_id for t in transmissions.values())
         jobs: list[Job] = []
@@ -292,7 +296,6 @@ class Worker:
             return []
         # What was composed is kept for retries (see record_attempts), unless it is personal.
         built = (transmission.id, body) if message is not None and not personal else None
-        pending = _PendingAttempt(self.books, recipients, built)
         jobs = []
         for recipient in recipients:
             route = self.router.route_for(recipient.address)
@@ -301,7 +304,8 @@ class Worker:
             except Exception as error:
                 log.error("could not build message tid=%s: %s", transmission.id, error)
                 reply = f"message could not be built: {error}"
-                pending.done_with(recipient, RecipientResult(recipient.address, 0, reply, BOUNCED))
+                result = RecipientResult(recipient.address, 0, reply, BOUNCED)
+                self.books.add(Attempt([recipient], {recipient.address: result}, built))
                 continue
             envelope = Envelope(
                 copy.mail_from,
@@ -310,8 +314,10 @@ class Worker:
                 # What compose wrote has CRLF line ends only; submitted bytes are checked.
                 crlf_clean=message is not None,
                 requiretls=transmission.require_tls,
+                reference=transmission.id,
+                attempt=recipient.attempts + 1,
             )
-            job = Job(recipient, route, route.destination, envelope, transmission.id, pending.done)
+            job = Job(recipient, route, route.destination, envelope, built)
             job.stream = transmission.stream
             jobs.append(job)
         return jobs
@@ -330,39 +336,14 @@ class Worker:
         self.books.add(Attempt(recipients, results))
 
 
-class _PendingAttempt:
-    """Hands each job's outcome to the bookkeeper as it comes (so that what is sent and not
-    recorded stays counted), with the attempt's built bytes kept for retries."""
-
-    def __init__(
-        self,
-        books: Bookkeeper,
-        recipients: Sequence[ClaimedRecipient],
-        built: tuple[str, bytes] | None,
-    ) -> None:
-        self.books = books
-        self.recipients = recipients
-        self.built = built
-
-    def done(self, job: Job, result: RecipientResult) -> None:
-        if job.detail.get("durationMs") is not None:
-            relay_latency().observe(job.detail["durationMs"] / 1000)
-        self.done_with(job.recipient, result, job.detail)
-
-    def done_with(
-        self, recipient: ClaimedRecipient, result: RecipientResult, detail: dict | None = None
-    ) -> None:
-        details = {recipient.address: detail} if detail else {}
-        attempt = Attempt([recipient], {recipient.address: result}, self.built, details)
-        self.books.add(attempt)
-
-
 class Bookkeeper:
     """The worker's second thread: records outcomes and keeps the worker's leases alive.
 
-    The engine hands outcomes to ``add`` as they come; everything the worker holds (queued in
-    the engine, in flight, sent but not yet recorded) is renewed every quarter lease. Emails the
-    engine hands back are released here, off the engine's loop.
+    The engine's :class:`~layang.delivery.engine.Ledger`: it settles each job's outcome here as
+    it comes (``settle``), and hands back or holds what it will not send; everything the worker
+    holds (queued in the engine, in flight, sent but not yet recorded) is renewed every quarter
+    lease. Releasing and recording happen in this thread, off the engine's loop; after each
+    batch recorded, ``worker.recorded`` wakes sending held back at the unrecorded cap.
     """
 
     def __init__(self, worker: Worker) -> None:
@@ -400,7 +381,8 @@ class Bookkeeper:
         if thread is not None:
             thread.join(self.lease + 5)
 
-    def hold(self, ids: Iterable[str]) -> None:
+    def keep(self, ids: Iterable[str]) -> None:
+        """Keep the leases of ``ids`` (just claimed) alive until they are recorded or let go."""
         with self.lock:
             self._ensure_thread()
             self.leases.hold(ids)
@@ -413,6 +395,13 @@ class Bookkeeper:
     def unrecorded_total(self) -> int:
         """Recipients sent but not recorded yet (read without the lock: a hint)."""
         return self.unrecorded_count + self.recording
+
+    def settle(self, job: Job, result: RecipientResult) -> None:
+        """Take ``job``'s outcome, to record in the next batch."""
+        if job.detail.get("durationMs") is not None:
+            relay_latency().observe(job.detail["durationMs"] / 1000)
+        details = {job.recipient.address: job.detail} if job.detail else {}
+        self.add(Attempt([job.recipient], {job.recipient.address: result}, job.built, details))
 
     def add(self, attempt: Attempt) -> None:
         with self.lock:
@@ -434,9 +423,7 @@ class Bookkeeper:
             self.to_release.extend(ids)
             self.lock.notify_all()
 
-    def hold_for_site(
-        self, jobs: Sequence[Job], site: str, until_ms: int | None, reason: str
-    ) -> None:
+    def hold(self, jobs: Sequence[Job], site: str, until_ms: int | None, reason: str) -> None:
         """Hand the emails of ``jobs`` back to wait on ``site`` (see ``record_waiting``), from
         this thread."""
         recipients = [job.recipient for job in jobs]
@@ -560,9 +547,7 @@ class Bookkeeper:
         with self.lock:
             self.recording = 0
             self.lock.notify_all()
-        engine = self.worker._engine
-        if engine is not None:
-            engine.recorded()
+        self.worker.recorded.set()
 
     def _hold(
         self, recipients: list[ClaimedRecipient], site: str, until_ms: int | None, reason: str

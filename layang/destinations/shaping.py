@@ -276,6 +276,12 @@ def is_slow_down(reply: str) -> bool:
     (Gmail ``421 4.7.28``, Microsoft ``451 4.7.500``, Yahoo ``421 4.7.0 [TS0x]``). Greylisting
     (``451 4.7.1 … try again later``) is not: it is about one message, not the pace."""
     text = reply.strip()
-    if text.startswith("421"):
-        return True
+    return text.startswith("421") or speaks_of_pace(text)
+
+
+def speaks_of_pace(reply: str) -> bool:
+    """Whether a 4xx reply's words speak of the pace: an enhanced code 4.7.x naming a rate, a
+    volume or too many connections. A 421 that ends a session needs this to tell a site's
+    slow-down from a server closing one session (``421 4.4.2 Idle too long``)."""
+    text = reply.strip()
     return bool(re.match(r"4\d\d[ -]4\.7\.\d+", text)) and bool(_SLOW_DOWN.search(text))

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from layang.config import Config, parse_bind
 from layang.db import POSTGRESQL_CONNECT_DEFAULTS, error_summary
-from layang.delivery.relay import CaptureRelay, RelayConfigError, redact_url, relay_from_url
+from layang.delivery.capture import CaptureDirectory
+from layang.delivery.smarthost import RelayConfigError, redact_url, relay_from_url
 from layang.destinations.shaping import VARIABLE as SHAPING_VARIABLE
 from layang.destinations.shaping import Shaping, ShapingError
 
@@ -322,9 +323,8 @@ def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
         relay = relay_from_url(url)
     except RelayConfigError as error:
         raise PreflightError(variable, str(error)) from None
-    if isinstance(relay, CaptureRelay):
+    if isinstance(relay, CaptureDirectory):
         check_writable_dir(variable, relay.directory)
-    relay.close()
 
 
 def check_smtp_tls(config: Config) -> None:

@@ -2,17 +2,17 @@
 
 Each round it puts waiting events into deliveries, claims due deliveries under a lease (fairly
 across accounts and endpoints, at most two requests in flight to one endpoint: see
-``outbox.claim_deliveries``) and POSTs them as coroutines on an event loop of its own, each
-within one overall deadline, so that a slow endpoint costs a coroutine, not a slot another
-account's events need. The database is used from the dispatcher's thread only. The leases of
-the requests in flight are renewed every quarter lease until their outcome is recorded. A
-dispatcher that dies stops renewing, and another takes its deliveries over when the lease runs
-out: no event is lost, and an event may arrive twice only across such a crash.
+``outbox.claim_deliveries``) and POSTs them as coroutines on an event loop of its own (the
+bridge every sender uses: :mod:`layang.queueing.bridge`), each within one overall deadline, so
+that a slow endpoint costs a coroutine, not a slot another account's events need. The database
+is used from the dispatcher's thread only. The leases of the requests in flight are renewed
+every quarter lease until their outcome is recorded. A dispatcher that dies stops renewing, and
+another takes its deliveries over when the lease runs out: no event is lost, and an event may
+arrive twice only across such a crash.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -28,6 +28,7 @@ from layang.clock import now_ms
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.models import WebhookEndpoint
+from layang.queueing.bridge import LoopThread
 from layang.queueing.keeper import LeaseKeeper
 from layang.queueing.loop import run_until
 from layang.queueing.retry import RetryPolicy
@@ -83,12 +84,8 @@ class Dispatcher:
         self.leases = LeaseKeeper(webhook_outbox.DELIVERIES, self.owner, self.lease)
         self.wakeup = Wakeup(config, webhook_outbox.CHANNEL, webhook_outbox.next_due_ms)
         self.resolver = Resolver(config.dns_resolvers)
-        self.loop = asyncio.new_event_loop()
         self.client: httpx.AsyncClient | None = None
-        self.loop_thread = threading.Thread(
-            target=self.loop.run_forever, name="webhook-post", daemon=True
-        )
-        self.loop_thread.start()
+        self.runtime = LoopThread("webhook-post")
         self.in_flight: dict[Future[Outcome], ClaimedDelivery] = {}
         self.formed = 0
         self.claimed_all = False
@@ -131,15 +128,11 @@ class Dispatcher:
 
     def stop_loop(self) -> None:
         """Close the HTTP client and end the event loop's thread (once)."""
-        if self.loop.is_closed():
-            return
-        if self.loop_thread.is_alive():
-            if self.client is not None:
-                closing = asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop)
-                closing.result(timeout=self.timeout)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.loop_thread.join()
-        self.loop.close()
+        self.runtime.stop(self._close_client(), timeout=self.timeout)
+
+    async def _close_client(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """One round: form, claim up to the free slots, collect what finished; returns whether
@@ -178,9 +171,7 @@ class Dispatcher:
                 future: Future[Outcome] = Future()
                 future.set_result(Outcome(delivery, False, None, f"secret unavailable: {error}"))
             else:
-                future = asyncio.run_coroutine_threadsafe(
-                    self.attempt(delivery, endpoint.url, signing), self.loop
-                )
+                future = self.runtime.start(self.attempt(delivery, endpoint.url, signing))
             self.in_flight[future] = delivery
 
     async def attempt(self, delivery: ClaimedDelivery, url: str, signing: list[str]) -> Outcome:

@@ -269,18 +269,22 @@ def test_an_unreachable_upstream_is_tried_once_per_message_not_once_per_recipien
 ):
     upstream.stop()
     send(client, auth, cc=[{"email": "c1@rcpt.test"}, {"email": "c2@rcpt.test"}])
-    worker = relay_to(upstream)
-    relay, calls = worker.router.configured.transport, []
+    # One session at a time: the copies queue behind the first, whose refusal settles them.
+    worker = relay_to(upstream, worker_connections=1)
+    smarthost, calls = worker.router.configured.transport, []
 
-    class CountingRelay:
-        def send(self, *args, **kwargs):
-            calls.append(args[1])
-            return relay.send(*args, **kwargs)
+    class CountingSmarthost:
+        async def open(self, job):
+            calls.append(job.recipient.address)
+            return await smarthost.open(job)
+
+        def refusal(self, session, job):
+            return smarthost.refusal(session, job)
 
         def close(self):
-            relay.close()
+            smarthost.close()
 
-    worker.router.configured = replace(worker.router.configured, transport=CountingRelay())
+    worker.router.configured = replace(worker.router.configured, transport=CountingSmarthost())
     worker.run_once()
     assert len(calls) == 1  # each recipient has its own transaction, but one refusal is enough
     assert {r.status for r in Recipient.select()} == {"Delay"}

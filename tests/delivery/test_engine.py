@@ -9,6 +9,9 @@ import threading
 import time
 from dataclasses import replace
 
+import pytest
+
+from layang.delivery import pool
 from layang.delivery.worker import Worker
 from layang.models import Event, Recipient
 
@@ -122,3 +125,61 @@ def test_delivery_events_name_host_address_tls_attempt_and_duration(
     assert detail["tls"]["version"].startswith("TLS")
     assert detail["tls"]["cipher"]
     assert detail["tls"]["verified"] is False
+
+
+def test_421_on_a_reused_session_is_retried_once_on_a_fresh_session(
+    client, auth, upstream, relay_to
+):
+    upstream.pipelining = True
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    assert delivered("first") == 1
+    # The server closes the session it kept, at the next transaction's MAIL: nothing was
+    # sent, so that email and every one queued behind it go on a new session, not to a retry.
+    upstream.script_mail("421 4.4.2 Idle too long")
+    send_batch(client, auth, 3, "then", per_request=1)
+    worker.run_once()
+    assert delivered("then") == 3
+    assert upstream.connections == 2
+    assert not Event.select().where(Event.status == "Delay").exists()
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+@pytest.mark.parametrize("gone", ["dropped", "restarted"])
+def test_a_session_the_server_let_go_is_replaced_without_a_delay(
+    client, auth, upstream, relay_to, pipelining, gone
+):
+    upstream.pipelining = pipelining
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    if gone == "dropped":
+        upstream.kick()
+    else:
+        upstream.stop()
+        upstream.start()
+    send_batch(client, auth, 2, "then", per_request=1)
+    worker.run_once()
+    assert delivered("then") == 2
+    assert upstream.received[0].rcpt_tos == ["first0@rcpt.test"]
+    assert len(upstream.received) == 3
+    assert not Event.select().where(Event.status == "Delay").exists()
+
+
+def test_an_idle_session_is_closed_rather_than_reused(
+    client, auth, upstream, relay_to, monkeypatch
+):
+    monkeypatch.setattr(pool, "IDLE_SECONDS", 0.1)
+    worker = relay_to(upstream)
+    send_batch(client, auth, 1, "first")
+    worker.run_once()
+    deadline = time.monotonic() + 5
+    while ("QUIT", "") not in upstream.attempts:
+        assert time.monotonic() < deadline, "the idle session was not closed"
+        time.sleep(0.05)
+    send_batch(client, auth, 1, "then")
+    worker.run_once()
+    assert delivered("then") == 1
+    assert upstream.connections == 2
+    assert [verb for verb, _ in upstream.attempts if verb == "RSET"] == []
