@@ -27,6 +27,8 @@ OPEN = "Open"
 CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
+AUTO_REPLY = "AutoReply"
+"""An automatic reply (RFC 3834) to the email: no delivery state, no suppression."""
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
 WARNING = "Warning"
 """Not an email's event: the circuit breaker's, about an account or domain (contract 17)."""
@@ -359,6 +361,7 @@ WEBHOOK_EVENT_TYPES = (
     CLICK,
     COMPLAINT,
     UNSUBSCRIBE,
+    AUTO_REPLY,
     WARNING,
 )
 WEBHOOK_PENDING = "pending"
