@@ -61,7 +61,8 @@ RESERVED_HEADERS = frozenset(
         "mime-version",
         "dkim-signature",
         "return-path",
-        "x-layang-id",
+        "resent-bcc",  # blind, like Bcc (RFC 5322 §3.6.6)
+        "idempotency-key",  # a request's control field, never a message's
     )
 )
 
@@ -122,7 +123,8 @@ def has_line_break(value: str) -> bool:
 
 def is_reserved_header(name: str) -> bool:
     lowered = name.lower()
-    return lowered in RESERVED_HEADERS or lowered.startswith("content-")
+    # X-Layang-* fields are the service's own controls (X-Layang-Id, X-Layang-Stream…).
+    return lowered in RESERVED_HEADERS or lowered.startswith(("content-", "x-layang-"))
 
 
 def check_header(name: str, value: str) -> None:
