@@ -292,6 +292,8 @@ class OutgoingMessage:
     transactional: bool | None = None
     date_ms: int = 0
     require_tls: bool = False
+    generate_text: bool = True
+    """An HTML-only message gets a text/plain alternative made from its HTML."""
 
     @property
     def tls_requirement(self) -> str | None:
@@ -369,6 +371,8 @@ class OutgoingMessage:
             payload["transactional"] = self.transactional
         if self.require_tls:
             payload["require_tls"] = True
+        if not self.generate_text:
+            payload["generate_text"] = False
         return payload
 
     @classmethod
@@ -393,6 +397,7 @@ class OutgoingMessage:
                 transactional=payload.get("transactional"),
                 date_ms=payload["date_ms"],
                 require_tls=payload.get("require_tls", False),
+                generate_text=payload.get("generate_text", True),
             )
         if version == 1:
             return _from_payload_v1(payload)
