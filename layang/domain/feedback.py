@@ -29,6 +29,7 @@ from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql, write_transaction
 from layang.mail.bounce_class import BLOCK, HARD, UNDETERMINED, classify
+from layang.mail.breaker_levels import judge_recorded
 from layang.mail.events import append_events
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
 from layang.models import (
@@ -216,7 +217,9 @@ def record_inbound(
             "bounceClass": bounce_class(chosen),
         }
         events = [(rid, status, detail) for rid in dict.fromkeys(targets)]
-    return _store(events)
+    recorded = _store(events)
+    judge_recorded(recorded, config)  # a Warning goes out with the event that crossed
+    return recorded
 
 
 def bounce_class(status: RecipientStatus) -> str:
