@@ -232,8 +232,8 @@ def bounce_class(status: RecipientStatus) -> str:
     §4.1.1.4) is about the message, not the address: never ``hard``.
     """
     said = f"{status.diagnostic} {status.status}"
-    if status.explanation and not _SPECIFIC_CODE.search(said) and not status.diagnostic:
-        said = f"{said}\n{status.explanation}"  # a bare "5.0.0": the notice says why
+    if status.explanation and not status.diagnostic:
+        said = f"{said}\n{status.explanation}"  # a bare code: the notice says why
     found = classify(0, said)
     if found == UNDETERMINED and status.explanation:
         found = classify(0, f"{said}\n{status.explanation}")
@@ -244,7 +244,6 @@ def bounce_class(status: RecipientStatus) -> str:
     return found
 
 
-_SPECIFIC_CODE = re.compile(r"(?<![\d.])[245]\.(?!0\.0(?![\d.]))\d{1,3}\.\d{1,3}")
 _RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+|5\.2\.1(?![\d.])")
 # Yahoo refuses unknown accounts only after DATA, and says so unmistakably.
 _ACCOUNT_GONE = re.compile(r"doesn'?t have an? [\w.-]+ account", re.IGNORECASE)

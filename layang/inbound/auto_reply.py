@@ -33,12 +33,12 @@ def read_auto_reply(message: email.message.Message) -> AutoReply | None:
         or precedence == "auto_reply"
         or any(message.get(name) is not None for name in _RESPONDER_FIELDS)
         or mime.value(message, "X-Apple-Action").upper() == "VACATION"
-        or _SUBJECT.search(mime.value(message, "Subject")) is not None
+        or _SUBJECT.search(mime.decoded(message, "Subject")) is not None
     )
     if not said:
         return None
     return AutoReply(
         reported_by=mime.sender_host(message),
-        subject=mime.value(message, "Subject")[:200],
+        subject=mime.decoded(message, "Subject")[:200],
         original_tokens=mime.original_tokens(mime.own_parts(message)),
     )

@@ -25,7 +25,7 @@ EXPLANATION_CHARS = 4000
 """How much of a notice's own words are kept to tell why: its first paragraphs."""
 _SENDERS = re.compile(
     r"mailer-daemon|postmaster|mail ?delivery|mailadmin|mmdf|\bsmtp\b|"
-    r"^(?:root|daemon|nobody|mail|bounces?|notify)@",
+    r"^(?:root|daemon|nobody|mail|bounces?|notify|no-?reply)@|post_master",
     re.IGNORECASE,
 )
 _BOUNCE_SUBJECT = re.compile(
@@ -33,7 +33,8 @@ _BOUNCE_SUBJECT = re.compile(
     r"problem|report)|mail delivery|failure notice|failed mail|could not (?:be )?deliver|"
     r"non[- ]?remis|unzustellbar|nicht zustellbar|message not delivered|returned to sender|"
     r"warning: could not send|delayed mail|delivery delayed|mail system error|"
-    r"\bnondeliverable\b|permanent (?:error|failure)|rejected|bounce",
+    r"\bnondeliverable\b|permanent (?:error|failure)|rejected|bounce|has failed|"
+    r"mail failure|メールエラー|配信エラー|エラー通知",
     re.IGNORECASE,
 )
 _DELAYED = re.compile(
@@ -86,7 +87,7 @@ def looks_like_a_bounce(message: email.message.Message) -> bool:
     """Whether the message is a delivery failure notice by its envelope of fields."""
     if message.get("X-Failed-Recipients") is not None:
         return True
-    subject = mime.value(message, "Subject")
+    subject = mime.decoded(message, "Subject")
     sender = mime.value(message, "From")
     return bool(_BOUNCE_SUBJECT.search(subject)) and (
         bool(_SENDERS.search(sender)) or not mime.value(message, "Return-Path").strip("<> ")
@@ -102,7 +103,7 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
     if not (temporary or permanent) and not looks_like_a_bounce(message):
         return None
     told = explanation(message)
-    subject = mime.value(message, "Subject")
+    subject = mime.decoded(message, "Subject")
     delayed = (temporary and not permanent) or (
         not permanent and bool(_DELAYED.search(f"{subject}\n{told}"))
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.message
 import email.policy
 import re
+from email.header import decode_header, make_header
 from email.parser import HeaderParser
 
 from selectolax.lexbor import LexborHTMLParser
@@ -62,6 +63,17 @@ def value(block: email.message.Message, name: str) -> str:
         # Raw 8-bit bytes, kept by the parser as surrogates: UTF-8 in RFC 6533's fields.
         written = written.encode("ascii", "surrogateescape").decode("utf-8", "replace")
     return " ".join(written.split())
+
+
+def decoded(block: email.message.Message, name: str) -> str:
+    """A header field's value with its RFC 2047 encoded-words decoded."""
+    written = value(block, name)
+    if "=?" not in written:
+        return written
+    try:
+        return str(make_header(decode_header(written)))
+    except (ValueError, LookupError, UnicodeError):
+        return written
 
 
 def typed(field: str) -> str:

@@ -52,7 +52,8 @@ _SOFT_TEXTS = re.compile(
     r"mailbox (?:is )?full|over ?quota|quota exceeded|exceeded (?:the )?(?:storage|quota)|"
     r"insufficient (?:system )?storage|mailbox (?:is )?(?:temporarily unavailable|busy)|"
     r"try (?:again )?later|temporar|out of storage|too much mail|quota|"
-    r"mailbox .{0,40}exceeded|exceeded the local limit|mailbox is frozen|"
+    r"mailbox .{0,40}exceeded|exceeded the local limit|mailbox is frozen|folder is full|"
+    r"host not reachable|timed out|"
     # given up after retrying: the address was never refused
     r"retry (?:timeout|time) (?:exceeded|not reached)|failing for a long time|"
     r"message expired|envelope expired|could not deliver for the last|"
@@ -90,6 +91,8 @@ def classify(code: int, text: str) -> str:
     a bounce report's status and diagnostic."""
     if _DIRECTORY_REJECTION.search(text):
         return HARD
+    if _ON_HOLD.search(text):
+        return UNDETERMINED  # the receiving side holds the address back: no verdict yet
     match = _telling_code(text)
     if match:
         klass, subject, detail = match.group(1), match.group(2), match.group(3)
@@ -108,13 +111,15 @@ def classify(code: int, text: str) -> str:
                 return BLOCK  # X.1.7/X.1.8: the sender's address was refused, not the recipient
             if subject == "1" and _STRONG_BLOCK_TEXTS.search(text):
                 return BLOCK
+            if subject == "1" and _MAILBOX_FULL.search(text):
+                return SOFT  # "over quota (#5.1.1)": the mailbox exists
             if subject == "1":
                 return HARD
             if subject == "4" and detail == "4":
                 # X.4.4, unable to route: Postfix and Exchange say it of a domain that is not;
                 # a name server that failed to answer says nothing of the domain.
                 return HARD if _HARD_TEXTS.search(text) else SOFT
-            if subject == "3" and _HARD_TEXTS.search(text):
+            if subject == "3" and _HARD_TEXTS.search(text) and not _SOFT_TEXTS.search(text):
                 return HARD  # X.3.x said of a recipient the system does not have
             if subject in ("3", "4"):
                 # X.3.x, the receiving system's trouble; X.4.x, network and routing: expired
@@ -132,6 +137,8 @@ def classify(code: int, text: str) -> str:
 
 
 _GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)
+_MAILBOX_FULL = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full", re.IGNORECASE)
+_ON_HOLD = re.compile(r"address rejected: on hold\b", re.IGNORECASE)
 _SUSPENDED = re.compile(
     r"account (?:is |has been )?(?:disabled|blocked|suspended|frozen|inactive)|"
     r"disabled recipient|mailbox is frozen|compte du destinataire est bloqu",
