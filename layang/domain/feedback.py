@@ -78,6 +78,8 @@ class RecipientStatus:
     explanation: str = ""
     """The notice's own words (its human-readable part), read when the status and diagnostic
     say too little; never stored."""
+    from_filter: bool = False
+    """The notice comes from a content-filtering gateway (its verdict on the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +231,8 @@ def bounce_class(status: RecipientStatus) -> str:
     ``5.1.1`` of a reply that says ``5.7.1 IP address blacklisted``); when both say too little
     (a generic ``5.0.0``, words that name no cause), what the notice itself says decides. A
     refusal given only after the message's content was sent (in reply to DATA, RFC 5321
-    §4.1.1.4) is about the message, not the address: never ``hard``.
+    §4.1.1.4) is about the message, and one given to the connection, HELO or MAIL FROM about
+    the sender, not the address; so is a content-filtering gateway's: never ``hard``.
     """
     said = f"{status.diagnostic} {status.status}"
     if status.explanation and not status.diagnostic:
@@ -237,21 +240,34 @@ def bounce_class(status: RecipientStatus) -> str:
     found = classify(0, said)
     if found == UNDETERMINED and status.explanation:
         found = classify(0, f"{said}\n{status.explanation}")
-    if found == HARD and not _RECIPIENT_CODE.search(said) and not _ACCOUNT_GONE.search(said):
-        everything = f"{status.diagnostic}\n{status.explanation}"
-        if _AFTER_DATA.search(everything) or _DOMAIN_FILTER_HOSTS.search(everything):
-            return BLOCK
+    if found != HARD:
+        return found
+    everything = f"{status.diagnostic}\n{status.explanation}"
+    if _BEFORE_RCPT.search(everything):
+        return BLOCK
+    if _RECIPIENT_CODE.search(said) or _ACCOUNT_GONE.search(said):
+        return found
+    filtered_by_carrier = _DOMAIN_FILTER_HOSTS.search(everything) and not _NAMED.search(everything)
+    if status.from_filter or filtered_by_carrier or _AFTER_DATA.search(everything):
+        return BLOCK
     return found
 
 
 _RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+|5\.2\.1(?![\d.])")
 # Yahoo refuses unknown accounts only after DATA, and says so unmistakably.
 _ACCOUNT_GONE = re.compile(r"doesn'?t have an? [\w.-]+ account", re.IGNORECASE)
-# Japanese mobile carriers answer "550 Unknown user" when their domain filter refuses the
-# sender, whether or not the address exists.
+# Japanese mobile carriers answer "550 : User unknown" (no address named) when their domain
+# filter refuses the sender; an unknown address they name ("550 <a@…>: User unknown").
 _DOMAIN_FILTER_HOSTS = re.compile(
     r"@(?:[\w-]+\.)*(?:docomo\.ne\.jp|ezweb\.ne\.jp|au\.com|softbank\.ne\.jp|"
     r"i\.softbank\.jp)\b",
+    re.IGNORECASE,
+)
+_NAMED = re.compile(r"<[^<>\s]+@[^<>\s]+>\s*:")
+# Postfix, Exim and qmail saying the refusal came before any recipient was named.
+_BEFORE_RCPT = re.compile(
+    r"in reply to (?:MAIL FROM|HELO|EHLO)\b|after (?:MAIL FROM|EHLO|HELO|initial connection)\b|"
+    r"my name was rejected",
     re.IGNORECASE,
 )
 # How Postfix, Exim and Sendmail say which command the refusal answered.

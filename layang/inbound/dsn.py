@@ -51,6 +51,7 @@ def read_dsn(message: email.message.Message) -> DeliveryReport | None:
                 diagnostic=diagnostic,
                 final_recipient=mime.typed(mime.value(block, "Final-Recipient")),
                 explanation=told,
+                from_filter=mime.from_content_filter(message),
             )
         )
     if not statuses:

@@ -120,6 +120,7 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
                 diagnostic=diagnostic,
                 final_recipient=_failed_recipient(message, permanent or temporary, told),
                 explanation=told,
+                from_filter=mime.from_content_filter(message),
             ),
         ),
         original_tokens=mime.original_tokens(mime.own_parts(message)),

@@ -154,3 +154,17 @@ def sender_host(message: email.message.Message) -> str:
     """The host part of the report's From (``MAILER-DAEMON@mx.example`` → ``mx.example``)."""
     match = _ADDRESS.search(str(message.get("From", "")))
     return match.group(1).rpartition("@")[2][:253] if match else ""
+
+
+# Content-filtering gateways that write their own notices: SurfControl, m-FILTER (X-Mailer),
+# MailFoundry (its Received line), ActiveHunter (X-AHMAILID).
+_FILTER_PRODUCTS = re.compile(r"surfcontrol|m-filter|mailfoundry", re.IGNORECASE)
+
+
+def from_content_filter(message: email.message.Message) -> bool:
+    """Whether ``message`` was written by a content-filtering gateway."""
+    if message.get("X-AHMAILID") is not None:
+        return True
+    if _FILTER_PRODUCTS.search(value(message, "X-Mailer")):
+        return True
+    return any(_FILTER_PRODUCTS.search(str(r)) for r in message.get_all("Received") or ())
