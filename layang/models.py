@@ -41,7 +41,7 @@ STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
 FINAL_STATES = (BOUNCE, SUPPRESSED)
 """A record in one of these states keeps it, whatever outcome is recorded after (a bounce
 report can arrive before the worker records the delivery it follows)."""
-EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
+EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE, AUTO_REPLY)
 
 
 class BaseModel(peewee.Model):

@@ -187,6 +187,8 @@ def test_an_auto_reply_is_kept_as_such_and_suppresses_nothing(
     assert [e["status"] for e in shown["events"]] == ["Injection", "Delivery", "AutoReply"]
     assert shown["events"][-1]["detail"]["reportedBy"] == "rcpt.test"
     assert not suppressed(client, auth)
+    found = client.get("/v1/layang/activity?status=AutoReply", headers=auth).get_json()
+    assert [item["id"] for item in found["items"]] == [record_id]
 
 
 # -- the corpus of real reports -----------------------------------------------------------
