@@ -108,23 +108,43 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
         not permanent and bool(_DELAYED.search(f"{subject}\n{told}"))
     )
     action = DELAYED if delayed else FAILED
-    diagnostic = _diagnostic(told)
-    match = _ENHANCED.search(diagnostic) or _ENHANCED.search(told)
-    status = match.group(1) if match else ("4.0.0" if delayed else "5.0.0")
+    from_filter = mime.from_content_filter(message)
+
+    def status_of(recipient: str, words: str) -> RecipientStatus:
+        diagnostic = _diagnostic(words)
+        match = _ENHANCED.search(diagnostic) or _ENHANCED.search(words)
+        status = match.group(1) if match else ("4.0.0" if delayed else "5.0.0")
+        return RecipientStatus(action, status, diagnostic, recipient, words, from_filter)
+
+    each = _per_recipient(told)
+    if len(each) > 1:
+        statuses = tuple(status_of(recipient, words) for recipient, words in each)
+    else:
+        recipient = _failed_recipient(message, permanent or temporary, told)
+        statuses = (status_of(recipient, told),)
     return DeliveryReport(
         reported_by=mime.sender_host(message),
-        statuses=(
-            RecipientStatus(
-                action=action,
-                status=status,
-                diagnostic=diagnostic,
-                final_recipient=_failed_recipient(message, permanent or temporary, told),
-                explanation=told,
-                from_filter=mime.from_content_filter(message),
-            ),
-        ),
+        statuses=statuses,
         original_tokens=mime.original_tokens(mime.own_parts(message)),
     )
+
+
+# A failed address at the start of a line, as Exim, qmail and webmail notices list them, each
+# followed by what its server said.
+_LISTED = re.compile(
+    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t]|$)""", re.MULTILINE
+)
+
+
+def _per_recipient(told: str) -> list[tuple[str, str]]:
+    """(address, what is said of it) for each address a notice lists, first mention only."""
+    found = list(_LISTED.finditer(told))
+    each: dict[str, str] = {}
+    for match, after in zip(found, [*found[1:], None], strict=False):
+        address = match.group(1).lower()
+        if address not in each:
+            each[address] = told[match.start() : after.start() if after else len(told)]
+    return list(each.items())
 
 
 def _failed_recipient(message: email.message.Message, found: frozenset, told: str) -> str:
