@@ -130,15 +130,21 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
 
 
 # A failed address at the start of a line, as Exim, qmail and webmail notices list them, each
-# followed by what its server said.
+# followed by what its server said (not the sender's, that a sentence goes on from).
 _LISTED = re.compile(
-    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t]|$)""", re.MULTILINE
+    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t]|$)"""
+    r"""(?![ \t]+(?:could|was|has|is|wrote|sent)\b)""",
+    re.MULTILINE,
 )
+# Where a notice begins its list ("The following address(es) failed:"): an address before it
+# is the sender's.
+_LIST_BEGINS = re.compile(r"address(?:es|\(es\))?\s+failed\s*:", re.IGNORECASE)
 
 
 def _per_recipient(told: str) -> list[tuple[str, str]]:
     """(address, what is said of it) for each address a notice lists, first mention only."""
-    found = list(_LISTED.finditer(told))
+    begins = _LIST_BEGINS.search(told)
+    found = list(_LISTED.finditer(told, begins.end() if begins else 0))
     each: dict[str, str] = {}
     for match, after in zip(found, [*found[1:], None], strict=False):
         address = match.group(1).lower()

@@ -247,5 +247,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.874
+    assert matched / total >= 0.875
     assert len(wrong_hard) <= 15, wrong_hard
