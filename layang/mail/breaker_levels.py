@@ -10,6 +10,7 @@ stops paused sending and lifts levels.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -31,6 +32,8 @@ from layang.models import (
     Recipient,
     Transmission,
 )
+
+log = logging.getLogger("layang.breaker")
 
 CLEAR, WARNED, PAUSED = 0, 1, 2
 LEVEL_NAMES = {CLEAR: "clear", WARNED: "warning", PAUSED: "paused"}
@@ -217,8 +220,18 @@ def judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list[
 
     Call it after every batch of ``Delivery``, ``Bounce`` or ``Complaint`` events is stored:
     the ``Warning`` goes out with the event that crossed the threshold, not with a later send.
-    Costs one query when nothing counts, three per account and domain otherwise.
+    Costs one query when nothing counts, three per account and domain otherwise. Never
+    raises: the events are stored already, and a breaker left unjudged is judged by the next
+    recording or send.
     """
+    try:
+        return _judge_recorded(recorded, config)
+    except Exception:
+        log.exception("could not judge the circuit breaker after recording")
+        return []
+
+
+def _judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list[Standing]:
     pressing, counted = set(), set()
     for recipient_id, status in recorded:
         if status in (BOUNCE, COMPLAINT):
