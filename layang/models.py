@@ -27,6 +27,8 @@ OPEN = "Open"
 CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
+AUTO_REPLY = "AutoReply"
+"""An automatic reply (RFC 3834) to the email: no delivery state, no suppression."""
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
 WARNING = "Warning"
 """Not an email's event: the circuit breaker's, about an account or domain (contract 17)."""
@@ -39,7 +41,7 @@ STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
 FINAL_STATES = (BOUNCE, SUPPRESSED)
 """A record in one of these states keeps it, whatever outcome is recorded after (a bounce
 report can arrive before the worker records the delivery it follows)."""
-EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE)
+EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE, AUTO_REPLY)
 
 
 class BaseModel(peewee.Model):
@@ -359,6 +361,7 @@ WEBHOOK_EVENT_TYPES = (
     CLICK,
     COMPLAINT,
     UNSUBSCRIBE,
+    AUTO_REPLY,
     WARNING,
 )
 WEBHOOK_PENDING = "pending"

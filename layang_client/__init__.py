@@ -1027,11 +1027,14 @@ def verify_webhook(
     """Check a webhook request (Standard Webhooks) and return its parsed body.
 
     ``payload`` is the raw request body, exactly as received; ``headers`` its headers (any
-    case); ``secret`` the endpoint's ``whsec_…`` secret (``ValueError`` when it is empty or
-    not one). Raises :class:`LayangError`
+    case); ``secret`` the endpoint's ``whsec_…`` secret (``ValueError`` when it is empty,
+    ``None``, not a ``str``, or not one). Raises :class:`LayangError`
     (``error="invalid_signature"``) when a header is missing, the timestamp is more than five
     minutes from ``now`` (default: the clock) or no signature matches.
     """
+    if not isinstance(secret, str):
+        # None from an unset environment variable, or bytes: never a key to trust.
+        raise ValueError("secret is missing: pass the endpoint's whsec_… secret as a str")
     try:
         key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
     except ValueError:

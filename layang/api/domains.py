@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from typing import Any
 
 import marshmallow as ma
@@ -196,12 +197,42 @@ class DomainCompliance(MethodView):
         return check_compliance(g.account, domain, service_config())
 
 
+class UtcDay(fields.Field):
+    """An ISO 8601 date (``2026-11-26``) or date-time (``2026-11-26T00:00:00Z``, any offset;
+    none means UTC), read as the UTC day it falls on: the figures are kept by whole UTC days
+    (RFC 7489 reports cover days)."""
+
+    default_error_messages = {  # noqa: RUF012 - marshmallow's own class attribute
+        "invalid": "Not a valid ISO 8601 date or date-time."
+    }
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> date:
+        if not isinstance(value, str) or not value.isascii():
+            raise self.make_error("invalid")
+        try:
+            if "T" not in value.upper() and " " not in value:
+                return date.fromisoformat(value)
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise self.make_error("invalid") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC).date()
+
+
 class DmarcQuerySchema(CompatSchema):
-    from_ = fields.Date(
+    from_ = UtcDay(
         data_key="from",
-        metadata={"description": "First day (ISO 8601 date, UTC); default 30 days before `to`."},
+        metadata={
+            "description": "First day (ISO 8601 date or date-time, its UTC day); default 30 "
+            "days before `to`."
+        },
     )
-    to = fields.Date(metadata={"description": "Last day (ISO 8601 date, UTC); default today."})
+    to = UtcDay(
+        metadata={
+            "description": "Last day (ISO 8601 date or date-time, its UTC day); default today."
+        }
+    )
 
 
 class DmarcSourceSchema(ma.Schema):

@@ -191,6 +191,13 @@ class Metadata(fields.Field):
 class OptionsAttributesSchema(CompatSchema):
     clickTracking = fields.Boolean(metadata={"description": "Track clicks on links."})
     openTracking = fields.Boolean(metadata={"description": "Track opens."})
+    generateText = fields.Boolean(
+        metadata={
+            "description": "Default true: a message with bodyHtml and no bodyText gets a "
+            "text/plain alternative made from the HTML (links kept as text). false: sent as "
+            "HTML alone."
+        }
+    )
     transactional = fields.Boolean(
         metadata={
             "description": "Default true. false: the message gets one-click unsubscribe headers "
@@ -343,6 +350,7 @@ class TransmissionRequestSchema(CompatSchema):
             if options.get("stream") == BROADCAST
             else options.get("transactional"),
             require_tls=options.get("requireTls", False),
+            generate_text=options.get("generateText", True),
         )
         return TransmissionRequest(
             message,

@@ -11,13 +11,15 @@ inspection (``layang inbound list``): at most ``LAYANG_INBOUND_KEEP_DAYS`` and a
 A failed delivery report turns the record's status to ``Bounce``, even after a ``Delivery``
 (the remote server accepted the mail, then gave up on it). A delayed one adds a ``Delay`` event
 and leaves the status alone: ``Delivery`` is still the last thing known for certain, and the
-remote server reports again if it gives up. A complaint adds a ``Complaint`` event.
+remote server reports again if it gives up. A complaint adds a ``Complaint`` event, an
+automatic reply an ``AutoReply`` event (no suppression, the record's status unchanged).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,10 +28,19 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql, write_transaction
-from layang.mail.bounce_class import classify
+from layang.mail.bounce_class import BLOCK, HARD, UNDETERMINED, classify
+from layang.mail.breaker_levels import judge_recorded
 from layang.mail.events import append_events
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
-from layang.models import BOUNCE, COMPLAINT, DELAY, InboundMessage, Recipient, SendingDomain
+from layang.models import (
+    AUTO_REPLY,
+    BOUNCE,
+    COMPLAINT,
+    DELAY,
+    InboundMessage,
+    Recipient,
+    SendingDomain,
+)
 
 log = logging.getLogger("layang.inbound")
 
@@ -64,6 +75,11 @@ class RecipientStatus:
     status: str
     diagnostic: str
     final_recipient: str = ""
+    explanation: str = ""
+    """The notice's own words (its human-readable part), read when the status and diagnostic
+    say too little; never stored."""
+    from_filter: bool = False
+    """The notice comes from a content-filtering gateway (its verdict on the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +109,17 @@ class Unrecognised:
     reason: str
 
 
-Report = DeliveryReport | FeedbackReport | Unrecognised
+@dataclass(frozen=True, slots=True)
+class AutoReply:
+    """An automatic reply (RFC 3834: a vacation notice, an autoresponder): the address is
+    alive, so it is neither a bounce nor a complaint."""
+
+    reported_by: str
+    subject: str
+    original_tokens: tuple[str, ...] = ()
+
+
+Report = DeliveryReport | FeedbackReport | AutoReply | Unrecognised
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +200,9 @@ def record_inbound(
         if report.user_agent:
             detail["userAgent"] = report.user_agent
         events = [(rid, COMPLAINT, detail) for rid in dict.fromkeys(targets)]
+    elif isinstance(report, AutoReply):
+        detail = {"reportedBy": report.reported_by, "subject": report.subject, "source": "report"}
+        events = [(rid, AUTO_REPLY, detail) for rid in dict.fromkeys(targets)]
     else:
         chosen = _telling_status(report.statuses)
         if chosen is None:
@@ -187,10 +216,66 @@ def record_inbound(
             "status": chosen.status,
             "reportedBy": report.reported_by,
             "source": "report",
-            "bounceClass": classify(0, f"{chosen.status} {diagnostic}"),
+            "bounceClass": bounce_class(chosen),
         }
         events = [(rid, status, detail) for rid in dict.fromkeys(targets)]
-    return _store(events)
+    recorded = _store(events)
+    judge_recorded(recorded, config)  # a Warning goes out with the event that crossed
+    return recorded
+
+
+def bounce_class(status: RecipientStatus) -> str:
+    """The bounce class (:mod:`layang.mail.bounce_class`) of one recipient's part of a report.
+
+    The remote server's own reply decides before the report's Status field (a report may say
+    ``5.1.1`` of a reply that says ``5.7.1 IP address blacklisted``); when both say too little
+    (a generic ``5.0.0``, words that name no cause), what the notice itself says decides. A
+    refusal given only after the message's content was sent (in reply to DATA, RFC 5321
+    §4.1.1.4) is about the message, and one given to the connection, HELO or MAIL FROM about
+    the sender, not the address; so is a content-filtering gateway's: never ``hard``.
+    """
+    said = f"{status.diagnostic} {status.status}"
+    if status.explanation and not status.diagnostic:
+        said = f"{said}\n{status.explanation}"  # a bare code: the notice says why
+    found = classify(0, said)
+    if found == UNDETERMINED and status.explanation:
+        found = classify(0, f"{said}\n{status.explanation}")
+    if found != HARD:
+        return found
+    everything = f"{status.diagnostic}\n{status.explanation}"
+    if _BEFORE_RCPT.search(everything):
+        return BLOCK
+    if _RECIPIENT_CODE.search(said) or _ACCOUNT_GONE.search(said):
+        return found
+    filtered_by_carrier = _DOMAIN_FILTER_HOSTS.search(everything) and not _NAMED.search(everything)
+    if status.from_filter or filtered_by_carrier or _AFTER_DATA.search(everything):
+        return BLOCK
+    return found
+
+
+_RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+|5\.2\.1(?![\d.])")
+# Yahoo refuses unknown accounts only after DATA, and says so unmistakably.
+_ACCOUNT_GONE = re.compile(r"doesn'?t have an? [\w.-]+ account", re.IGNORECASE)
+# Japanese mobile carriers answer "550 : User unknown" (no address named) when their domain
+# filter refuses the sender; an unknown address they name ("550 <a@…>: User unknown").
+_DOMAIN_FILTER_HOSTS = re.compile(
+    r"@(?:[\w-]+\.)*(?:docomo\.ne\.jp|ezweb\.ne\.jp|au\.com|softbank\.ne\.jp|"
+    r"i\.softbank\.jp)\b",
+    re.IGNORECASE,
+)
+_NAMED = re.compile(r"<[^<>\s]+@[^<>\s]+>\s*:")
+# Postfix, Exim and qmail saying the refusal came before any recipient was named.
+_BEFORE_RCPT = re.compile(
+    r"in reply to (?:MAIL FROM|HELO|EHLO)\b|after (?:MAIL FROM|EHLO|HELO|initial connection)\b|"
+    r"my name was rejected",
+    re.IGNORECASE,
+)
+# How Postfix, Exim and Sendmail say which command the refusal answered.
+_AFTER_DATA = re.compile(
+    r"in reply to (?:end of )?DATA|after (?:end of )?data\b|>>> DATA|"
+    r"DATA command|SMTP command:? DATA|\[DATA\]",
+    re.IGNORECASE,
+)
 
 
 def _telling_status(statuses: Sequence[RecipientStatus]) -> RecipientStatus | None:

@@ -29,9 +29,11 @@ from layang.mail.message import (
     Header,
     Mailbox,
     OutgoingMessage,
+    domain_of,
     is_reserved_header,
     is_single_part_type,
 )
+from layang.mail.text_part import text_from_html
 
 _FOLD = 78  # RFC 5322 "SHOULD" line length
 _MAX_LINE = 998  # RFC 5322 "MUST" line length
@@ -96,12 +98,15 @@ def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
     ``message`` follows the rules of :mod:`layang.mail.message` (addresses normalised, at
     least one body). Headers come in this order: From, To, Cc, Reply-To, Subject, Date
     (``date_ms``, written in UTC), Message-ID (``message_id`` as given), MIME-Version, the
-    custom ``headers``, then the content headers. Bcc recipients
+    custom ``headers``, for broadcast mail a ``List-Id`` (RFC 2919) unless ``headers`` has
+    one, then the content headers. Bcc recipients
     are never written into the headers; they exist only in the envelope.
 
     The body is text/plain or text/html alone, multipart/alternative (text first) when there
-    are both, wrapped in multipart/mixed with the attachments (type from ``mimeType`` or
-    guessed from the file name; base64, but a 7-bit clean message/rfc822 as is, in CRLF form)
+    are both (an HTML-only message gets a text part made from its HTML, unless
+    ``generate_text`` is off or the HTML shows no text: see :mod:`layang.mail.text_part`),
+    wrapped in multipart/mixed with the attachments (type from ``mimeType`` or guessed from
+    the file name; base64, but a 7-bit clean message/rfc822 as is, in CRLF form)
     when there are any. Inline attachments with a Content-ID go with the HTML in
     ``multipart/related; type="text/html"`` (HTML first), so ``cid:`` URLs resolve; each
     attachment has the Content-Disposition it asked for and its ``Content-ID: <…>``. Text
@@ -125,10 +130,22 @@ def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
     head.append(_header("Message-ID", _unstructured(message_id)))
     head.append("MIME-Version: 1.0\r\n")
     head.extend(_custom_headers(message.headers, bool(message.reply_to)))
+    list_domain = domain_of(message.sender.email)
+    if (
+        not message.is_transactional
+        and list_domain.isascii()
+        and not any(h.name.lower() == "list-id" for h in message.headers)
+    ):
+        # RFC 2919: broadcast mail carries List-Unsubscribe, and a list names itself beside it
+        # (SpamAssassin scores List-Unsubscribe without List-Id in short mail as spam).
+        head.append(f"List-Id: <broadcast.{list_domain}>\r\n")
 
     # Each part is (its headers, its encoded content, whether that content is 7bit text, which
     # alone could contain a boundary line).
-    text = None if message.text is None else _text_part("plain", message.text)
+    plain = message.text
+    if plain is None and message.html is not None and message.generate_text:
+        plain = text_from_html(message.html) or None
+    text = None if plain is None else _text_part("plain", plain)
     html = None if message.html is None else _text_part("html", message.html)
     if text is None and html is None:
         raise ValueError("a message needs a text or an HTML body")

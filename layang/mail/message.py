@@ -61,7 +61,8 @@ RESERVED_HEADERS = frozenset(
         "mime-version",
         "dkim-signature",
         "return-path",
-        "x-layang-id",
+        "resent-bcc",  # blind, like Bcc (RFC 5322 §3.6.6)
+        "idempotency-key",  # a request's control field, never a message's
     )
 )
 
@@ -122,7 +123,8 @@ def has_line_break(value: str) -> bool:
 
 def is_reserved_header(name: str) -> bool:
     lowered = name.lower()
-    return lowered in RESERVED_HEADERS or lowered.startswith("content-")
+    # X-Layang-* fields are the service's own controls (X-Layang-Id, X-Layang-Stream…).
+    return lowered in RESERVED_HEADERS or lowered.startswith(("content-", "x-layang-"))
 
 
 def check_header(name: str, value: str) -> None:
@@ -290,6 +292,8 @@ class OutgoingMessage:
     transactional: bool | None = None
     date_ms: int = 0
     require_tls: bool = False
+    generate_text: bool = True
+    """An HTML-only message gets a text/plain alternative made from its HTML."""
 
     @property
     def tls_requirement(self) -> str | None:
@@ -367,6 +371,8 @@ class OutgoingMessage:
             payload["transactional"] = self.transactional
         if self.require_tls:
             payload["require_tls"] = True
+        if not self.generate_text:
+            payload["generate_text"] = False
         return payload
 
     @classmethod
@@ -391,6 +397,7 @@ class OutgoingMessage:
                 transactional=payload.get("transactional"),
                 date_ms=payload["date_ms"],
                 require_tls=payload.get("require_tls", False),
+                generate_text=payload.get("generate_text", True),
             )
         if version == 1:
             return _from_payload_v1(payload)

@@ -66,16 +66,17 @@ def _addresses(values: list[str]) -> frozenset[str]:
 def prepare_submission(
     data: bytes, transmission_id: str, accepted_at_ms: int, mail_from: str
 ) -> PreparedMessage:
-    """The message as it will be relayed: any Bcc, Idempotency-Key and X-Layang-Stream header
-    removed (their values are kept aside), and any X-Layang-Id (only the worker writes it: it
-    names the email a complaint is about), Message-ID and Date added when missing; plus what
-    Activity shows of it."""
+    """The message as it will be relayed: the fields no recipient may see removed (``Bcc`` and
+    ``Resent-Bcc``, RFC 5322 §3.6.3 and §3.6.6; a client's ``Return-Path``, which only the
+    final delivery writes, RFC 5321 §4.4; ``Idempotency-Key`` and every ``X-Layang-*`` control
+    field, the values of ``Idempotency-Key`` and ``X-Layang-Stream`` kept aside; the worker
+    writes its own ``X-Layang-Id``, naming the email a complaint is about), Message-ID and Date
+    added when missing; plus what Activity shows of it."""
     lines, rest = _split(data)
     all_fields = _fields(lines)
     keys = [f for f in all_fields if _name(f) == "idempotency-key"]
     streams = [f for f in all_fields if _name(f) == "x-layang-stream"]
-    removed = ("bcc", "idempotency-key", "x-layang-id", "x-layang-stream")
-    fields = [f for f in all_fields if _name(f) not in removed]
+    fields = [f for f in all_fields if not _never_relayed(_name(f))]
     present = {_name(f) for f in fields}
     headers = BytesHeaderParser(policy=policy.default).parsebytes(
         b"\r\n".join(line for f in fields for line in f) + b"\r\n\r\n"
@@ -110,6 +111,13 @@ def prepare_submission(
         stream=_unfolded_value(streams[0]) if streams else None,
         authorship_problem=_authorship_problem(from_fields, sender),
     )
+
+
+_NEVER_RELAYED = frozenset({"bcc", "resent-bcc", "return-path", "idempotency-key"})
+
+
+def _never_relayed(name: str) -> bool:
+    return name in _NEVER_RELAYED or name.startswith("x-layang-")
 
 
 def _authorship_problem(from_fields: int, sender: object) -> str | None:

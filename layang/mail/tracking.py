@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from layang.clock import now_ms
+from layang.mail.html_links import Link, rewrite_links
 
 OPEN_PATH = "/t/o/"
 CLICK_PATH = "/t/c/"
-_ANCHOR_HREF = re.compile(
-    r"""(<(?:a|area)\b[^>]*?\bhref\s*=\s*)(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE
-)
+# Merge tags of template languages the sender may have left for a later stage (Jinja,
+# Handlebars, Mailchimp, Salesforce): such a link is not ours to freeze into a token.
+_PLACEHOLDER = re.compile(r"\{\{|\{%|\*\|.*\|\*|%%\w+%%")
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 
 
@@ -79,24 +80,27 @@ class Tracker:
         return TrackingToken(fields[0], fields[1], issued)
 
     def track_html(self, body: str, recipient_id: str, *, opens: bool, clicks: bool) -> str:
-        """``body`` with its http(s) links rewritten (``clicks``) and a 1x1 image appended
-        (``opens``) for one recipient. Other links (mailto:, tel:, anchors) are left alone."""
+        """``body`` with its http(s) links rewritten (``clicks``) and a 1x1 pixel appended
+        (``opens``; see :func:`_pixel`) for one recipient.
+
+        A tracked link redirects to the URL a browser would have followed (see
+        :mod:`layang.mail.html_links`). Left byte for byte: links that are not http(s)
+        (``mailto:``, ``tel:``, ``#fragment``, relative), links holding a template placeholder,
+        and links marked ``data-layang-track="off"``."""
         if clicks:
 
-            def rewrite(match: re.Match[str]) -> str:
-                raw = match.group(2) if match.group(2) is not None else match.group(3)
-                url = html.unescape(raw).strip()
-                if not is_web_url(url):
-                    return match.group(0)
-                tracked = html.escape(self.click_url(recipient_id, url), quote=True)
-                return f'{match.group(1)}"{tracked}"'
+            def rewrite(link: Link) -> str | None:
+                if link.url is None or not is_web_url(link.url):
+                    return None
+                if link.attributes.get("data-layang-track", "").strip().lower() == "off":
+                    return None
+                if _PLACEHOLDER.search(link.href):
+                    return None
+                return self.click_url(recipient_id, link.url)
 
-            body = _ANCHOR_HREF.sub(rewrite, body)
+            body = rewrite_links(body, rewrite)
         if opens:
-            pixel = (
-                f'<img src="{html.escape(self.open_url(recipient_id), quote=True)}" width="1" '
-                'height="1" alt="" style="display:block;width:1px;height:1px;border:0">'
-            )
+            pixel = _pixel(self.open_url(recipient_id))
             ends = list(_BODY_END.finditer(body))
             if ends:
                 cut = ends[-1].start()
@@ -104,6 +108,19 @@ class Tracker:
             else:
                 body += pixel
         return body
+
+
+def _pixel(url: str) -> str:
+    """The open-tracking pixel for ``url``: the background of an empty 1x1 box, fetched by
+    every client that shows images. Not an ``<img>``: SpamAssassin's HTML_IMAGE_ONLY_* rules
+    score any image beside little text, in buckets by the bytes of text, which an image's
+    long URL adds to; an image of ours would make a short message score as image spam, or
+    move it to another bucket, where the same message untracked does not."""
+    # Unquoted: the URL is the public URL and a URL-safe token, nothing CSS would end at.
+    return (
+        f'<div style="background-image:url({html.escape(url, quote=True)});'
+        'background-repeat:no-repeat;width:1px;height:1px;font-size:0;line-height:0"></div>'
+    )
 
 
 def is_web_url(url: str) -> bool:

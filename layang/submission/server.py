@@ -10,6 +10,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
 import socket
 import time
 from typing import Any
@@ -224,7 +225,7 @@ class SubmissionHandler:
                 session.auth_data,
                 envelope.mail_from,
                 list(envelope.rcpt_tos),
-                envelope.original_content or b"",
+                undo_dot_stuffing(envelope.original_content or b""),
                 getattr(envelope, "require_tls", False),
             )
         except LayangError as error:
@@ -271,6 +272,20 @@ class SubmissionHandler:
             if claim is not None:
                 idempotency.release(claim)
             raise
+
+
+# A line start after a bare LF or a bare CR, where a client stuffed a dot.
+_STUFFED_AFTER_BARE_END = re.compile(rb"(?:(?<!\r)\n|\r(?!\n))\.")
+
+
+def undo_dot_stuffing(data: bytes) -> bytes:
+    """``data`` as aiosmtpd gives it, with the dot-stuffing of RFC 5321 §4.5.2 undone at every
+    line start, whatever ended the line before.
+
+    aiosmtpd takes only CRLF for a line end, so it removes the added dot only after one; a
+    client that ends lines with a bare LF (which RFC 5322 forbids, and many programs write)
+    stuffs after those too, and each such dot would otherwise reach the recipient."""
+    return _STUFFED_AFTER_BARE_END.sub(lambda match: match.group(0)[:-1], data)
 
 
 def take_requiretls(arg: str | None) -> tuple[str | None, bool]:

@@ -109,7 +109,7 @@ def test_verify_webhook_refuses_tampered_stale_or_foreign_requests(tamper):
     assert refused.value.error == "invalid_signature"
 
 
-@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_="])
+@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_=", None, b"", b"whsec_"])
 def test_verify_webhook_refuses_an_empty_secret(secret):
     body = b'{"type": "layang.events", "events": []}'
     # What anyone can compute: the HMAC under an empty key.

@@ -74,8 +74,10 @@ def test_html_only(client, auth, upstream, relay_to):
     send(client, auth, bodyHtml="<html><body><h1>Hi</h1></body></html>")
     drain(relay_to(upstream))
     msg = upstream.received[0].message
-    assert msg.get_content_type() == "text/html"
-    assert "<h1>Hi</h1>" in msg.get_content()
+    # A text alternative is made from the HTML (see tests/mail/test_text_part.py).
+    assert msg.get_content_type() == "multipart/alternative"
+    assert "<h1>Hi</h1>" in msg.get_body(("html",)).get_content()
+    assert msg.get_body(("plain",)).get_content().strip() == "Hi"
 
 
 def test_text_html_and_attachments(client, auth, upstream, relay_to):

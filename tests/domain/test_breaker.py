@@ -127,6 +127,57 @@ def test_with_pause_transactional_a_paused_account_sends_nothing(
         breaker.check_sending(account, "a.test", "transactional", strict)
 
 
+def test_a_reported_bounce_that_crosses_the_threshold_warns_at_once(
+    client, auth, upstream, relay_to, config
+):
+    # The account sends its 20 messages, all delivered, and then nothing more: the bounce
+    # reports that come in later must raise the Warning themselves.
+    from layang.domain.feedback import DeliveryReport, Mailbox, RecipientStatus, record_inbound
+    from layang.mail.return_path import ReturnPaths
+    from layang.models import WebhookEvent
+
+    hook = {"url": "https://hooks.rcpt.test/layang", "events": ["Warning"]}
+    assert client.post("/v1/layang/webhooks", headers=auth, json=hook).status_code == 201
+    to = addresses("success", 20)
+    assert client.post(URL, headers=auth, json=body("shop@a.test", to)).status_code == 200
+    drain(relay_to(upstream))
+    assert BreakerState.select().count() == 0
+
+    report = DeliveryReport(
+        reported_by="mx.rcpt.test",
+        statuses=(RecipientStatus("failed", "5.1.1", "550 5.1.1 No such user"),),
+    )
+    paths = ReturnPaths(config.secret_key, config.bounce_domain)
+    for record in Recipient.select().limit(1):
+        record_inbound(report, [Mailbox("b+x@bounces.test", record.id)], "", b"", paths, config)
+
+    levels = {s.domain: breaker.LEVEL_NAMES[s.level] for s in BreakerState.select()}
+    assert levels == {"": "warning", "a.test": "warning"}  # 1 of 20: 5 %
+    warnings = [
+        json.loads(e.detail) for e in WebhookEvent.select().where(WebhookEvent.status == "Warning")
+    ]
+    assert sorted((w["scope"], w["level"], w["hardBounces"]) for w in warnings) == [
+        ("account", "warning", 1),
+        ("domain", "warning", 1),
+    ]
+
+
+def test_delivery_recording_can_judge_at_once(client, auth, upstream, relay_to, config):
+    # What the delivery engine calls after recording a batch of outcomes.
+    from layang.mail.breaker_levels import judge_recorded
+
+    to = addresses("success", 19) + addresses("bounce", 1)
+    assert client.post(URL, headers=auth, json=body("shop@a.test", to)).status_code == 200
+    drain(relay_to(upstream))
+    recorded = [(r.id, r.status) for r in Recipient.select()]
+    raised = judge_recorded(recorded, config)
+    assert sorted((s.domain, breaker.LEVEL_NAMES[s.level]) for s in raised) == [
+        ("", "warning"),
+        ("a.test", "warning"),
+    ]
+    assert judge_recorded(recorded, config) == []  # raised once
+
+
 def test_a_bad_stream_is_named(client, auth):
     bad = body("shop@a.test", [f"x@{SIM}"], "marketing")
     answer = client.post(URL, headers=auth, json=bad)

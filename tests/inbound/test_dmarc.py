@@ -300,3 +300,32 @@ def test_bad_dates_are_a_400_naming_the_field(client, auth, selector, query, fie
 
 def test_an_unknown_domain_is_a_404(client, auth):
     assert client.get("/v1/layang/domains/nowhere.test/dmarc", headers=auth).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "from=2026-11-24T00:00:00Z&to=2026-11-24T23:59:59Z",
+        "from=2026-11-24T08:30:00.250%2B00:00&to=2026-11-25T01:00:00%2B02:00",
+        "from=2026-11-23T20:00:00-05:00&to=2026-11-24T12:00:00",
+        "from=2026-11-24&to=2026-11-24T00:00:00Z",
+    ],
+)
+def test_from_and_to_take_date_times_as_their_utc_day(client, auth, selector, inbound, query):
+    for data in all_four(selector):
+        deliver(inbound, data)
+    wait_until(lambda: DmarcReport.select().count() == 4, 10, "the reports were not kept")
+    by_day = dmarc(client, auth, "from=2026-11-24&to=2026-11-24").get_json()
+    answer = dmarc(client, auth, query)
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json() == by_day
+    assert (by_day["from"], by_day["to"], by_day["reports"]) == ("2026-11-24", "2026-11-24", 3)
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-11-24T25:00:00Z", "2026-11-24Tnoon", "2026-11-2\u0664", "2026-11-24T00:00:00Q"]
+)
+def test_a_bad_date_time_is_a_400(client, auth, selector, value):
+    answer = dmarc(client, auth, f"from={value}")
+    assert answer.status_code == 400
+    assert "from" in answer.get_json()["errors"]

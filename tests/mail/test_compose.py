@@ -28,6 +28,7 @@ from layang.mail import compose
 from layang.mail.compose import compose_message as compose_typed
 from layang.mail.compose import guess_mime_type, transfer_encoding
 from layang.mail.message import SMTP_POLICY, Attachment, Mailbox, OutgoingMessage
+from layang.mail.text_part import text_from_html
 
 MESSAGE_ID = "<0123456789abcdef@sender.example>"
 PNG = base64.b64decode(
@@ -88,6 +89,14 @@ def compose_message(payload: dict[str, Any], message_id: str) -> bytes:
     return compose_typed(OutgoingMessage.from_payload(payload), message_id)
 
 
+def expected_text(payload: dict[str, Any]) -> str | None:
+    """The text part a message gets: its own, or one made from its HTML."""
+    text, html = payload.get("bodyText"), payload.get("bodyHtml")
+    if text is None and html is not None:
+        return text_from_html(html) or None
+    return text
+
+
 def header_address(email: str, name: str | None = None) -> Address:
     """An ``email.headerregistry.Address`` for a normalised address (name encoded as needed)."""
     local, _, domain = email.rpartition("@")
@@ -116,7 +125,7 @@ def reference_compose(payload: dict[str, Any], message_id: str) -> bytes:
     for header in payload.get("headers", ()):
         message[header["name"]] = header["value"]
 
-    text, html = payload.get("bodyText"), payload.get("bodyHtml")
+    text, html = expected_text(payload), payload.get("bodyHtml")
 
     def cte(body: str) -> str:
         if body.isascii() and all(len(line) <= 998 for line in body.splitlines()):
@@ -301,7 +310,7 @@ def check_against_payload(payload: dict[str, Any], raw: bytes) -> EmailMessage:
         value = re.sub(r"\r\n|[\r\n]", " ", header["value"])
         assert [str(v) for v in message.get_all(header["name"])] == [value]
 
-    text, html = payload.get("bodyText"), payload.get("bodyHtml")
+    text, html = expected_text(payload), payload.get("bodyHtml")
     attachments = payload.get("attachments", [])
     bodies = [(s, body) for s, body in (("plain", text), ("html", html)) if body is not None]
     if len(bodies) == 2:

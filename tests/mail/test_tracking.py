@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from urllib.parse import urlsplit
@@ -58,6 +59,10 @@ def path_of(url):
     return parts.path
 
 
+def pixel_url(html):
+    return re.search(r"""(?:src="|url\()([^")]+/t/o/[^")]+)""", html).group(1)
+
+
 def record(client, auth, tid, address):
     page = client.get(
         "/v1/layang/activity", query_string={"transmissionId": tid}, headers=auth
@@ -85,7 +90,11 @@ def test_open_and_click_tracking(client, auth, upstream, relay_to):
     assert "shop.test/orders" not in ana_html  # the original URL is only inside the token
     assert ana.message.get_body(("plain",)).get_content() == TEXT.replace("\n", "\r\n")
 
-    pixel = re.search(r'<img src="([^"]+/t/o/[^"]+)" width="1" height="1"', ana_html).group(1)
+    # No image in the mail: the pixel is a 1x1 box's background, not an image of its own.
+    assert "<img" not in ana_html
+    pixel = re.search(
+        r'<div style="background-image:url\(([^)]+/t/o/[^)]+)\);[^"]*width:1px;height:1px', ana_html
+    ).group(1)
     for agent in ("Mail/1.0", "Mail/2.0"):
         opened = client.get(path_of(pixel), headers={"User-Agent": agent})
         assert opened.status_code == 200
@@ -163,7 +172,7 @@ def test_a_replayed_pixel_or_link_is_counted_not_stored_again(client, auth, upst
     tid = send(client, auth, ["ana@rcpt.test"], openTracking=True, clickTracking=True)
     drain(relay_to(upstream))
     html = html_of(upstream.received[0])
-    pixel = path_of(re.search(r'<img src="([^"]+/t/o/[^"]+)"', html).group(1))
+    pixel = path_of(pixel_url(html))
     first_link, second_link = (path_of(h) for h in links(html) if "/t/c/" in h)
     for _ in range(300):
         assert client.get(pixel).status_code == 200
@@ -190,9 +199,7 @@ def test_a_replayed_pixel_or_link_is_counted_not_stored_again(client, auth, upst
 def test_a_record_lists_a_bounded_number_of_events(client, auth, upstream, relay_to):
     tid = send(client, auth, ["ana@rcpt.test"], openTracking=True)
     drain(relay_to(upstream))
-    pixel = path_of(
-        re.search(r'<img src="([^"]+/t/o/[^"]+)"', html_of(upstream.received[0])).group(1)
-    )
+    pixel = path_of(pixel_url(html_of(upstream.received[0])))
     client.get(pixel, headers={"User-Agent": "First/1"})
     recipient_id = record(client, auth, tid, "ana@rcpt.test")["id"]
     # Events stored over a long life (a year of hourly opens, say) before the count existed.
@@ -288,3 +295,100 @@ def test_a_sandbox_accounts_links_never_redirect(client, auth, upstream, relay_t
     assert [e["status"] for e in record(client, auth, tid, "ana@rcpt.test")["events"]][-1] == (
         "Click"
     )
+
+
+# Each link with its href value as written (quotes and all) where "@" stands.
+TRICKY_LINKS = [
+    (
+        '<a id="l0" href=@>search</a>',
+        '"https://shop.example.com/search?q=shoes&timestamp=123&section=news&param=1"',
+    ),
+    (
+        '<a id="l1" href=@>legacy names</a>',
+        '"https://shop.example.com/?a=1&copy=2&reg=3&not=4'
+        '&curren=5&para=6&sect=7&times=8&AMP=9&ampx=1&lt2=3"',
+    ),
+    ('<a id="l2" href=@>references</a>', '"https://shop.example.com/?a=1&amp;b=2&lt;c&gt"'),
+    ('<a id="l3" href=@>more</a>', '"https://shop.example.com/?x=&times;y&notin;z&notit;w&not"'),
+    ("<a id=l4 href=@>unquoted</a>", "https://shop.example.com/u?a=1&sect=2&copy"),
+    ('<a id="l5" href=@>single quotes</a>', "'https://shop.example.com/q?s=\"x\"&para=1'"),
+    ('<a id="l6" href=@>spaces</a>', '"  https://Shop.Example.COM/a b/\n?c=d e\t#f g  "'),
+    ('<a id="l7" href=@>numeric</a>', '"https://shop.example.com/?a=1&#38;b=2&#x3d;&#X3C;"'),
+    ('<A ID="l8" HREF=@>upper case</A>', '"https://shop.example.com/CASE?x=1&REG=2"'),
+    ('<a id="l9" href=@>international</a>', '"https://bücher.example/straße?ü=1"'),
+    ('<a id="l10" href=@>backslashes</a>', '"https://shop.example.com\\a\\..\\b"'),
+    (
+        '<a id="l11" href=@ href="https://evil.example/">first</a>',
+        '"https://shop.example.com/first"',
+    ),
+    ('<a id="l12" title="a > b" href = @>spaced</a>', '"https://shop.example.com/t?a&b"'),
+    (
+        '<map name="m"><area id="l13" href=@ alt="m"></map>',
+        '"https://shop.example.com/map?x=1&yen=2"',
+    ),
+]
+# Written exactly so in the mail that goes out, whatever tracking does.
+UNTRACKED_LINKS = [
+    '<a href="mailto:help@shop.example.com?subject=a&copy=b">mail</a>',
+    '<a href="tel:+15551234567">call</a>',
+    '<a href="#top">top</a>',
+    '<a href="{{ unsubscribe_url }}">placeholder</a>',
+    '<a href="https://shop.example.com/o/{{order_id}}?a=1&copy=2">half placeholder</a>',
+    '<a href="https://shop.example.com/*|EMAIL|*">merge tag</a>',
+    '<a data-layang-track="off" href="https://shop.example.com/raw?a=1&copy=2">raw</a>',
+    '<a href="https://shop.example.com/x" DATA-LAYANG-TRACK=OFF>raw upper</a>',
+    "<!-- <a href='https://shop.example.com/commented'>no</a> -->",
+    "<script>var s = '<a href=\"https://shop.example.com/script\">';</script>",
+]
+TRACKED_HREF = re.compile(r'"http://127\.0\.0\.1:8000/t/c/[^"]+"')
+
+
+def links_document(values):
+    return (
+        "<!DOCTYPE html><html><head><style>a[href] { color: red }</style></head><body>\n"
+        + "\n".join(
+            f"<p>{tag.replace('@', value)}</p>"
+            for (tag, _), value in zip(TRICKY_LINKS, values, strict=True)
+        )
+        + "\n"
+        + "\n".join(f"<p>{link}</p>" for link in UNTRACKED_LINKS)
+        + "\n</body></html>"
+    )
+
+
+def test_tracked_links_go_where_a_browser_goes(client, auth, upstream, relay_to, browser):
+    document = links_document([value for _, value in TRICKY_LINKS])
+    page = browser.new_page()
+    page.set_content(document)
+    expected = page.evaluate(
+        "n => Array.from({length: n}, (_, i) => document.getElementById('l' + i).href)",
+        len(TRICKY_LINKS),
+    )
+    page.close()
+    assert expected[0] == (
+        "https://shop.example.com/search?q=shoes&timestamp=123&section=news&param=1"
+    )
+
+    response = client.post(
+        "/v1/layang/transmissions",
+        json={
+            "from": {"email": "shop@sender.test"},
+            "subject": "Links",
+            "to": [{"email": "ana@rcpt.test"}],
+            "bodyHtml": document,
+            "bodyText": "Links",
+            "optionsAttributes": {"clickTracking": True},
+        },
+        headers=auth,
+    )
+    assert response.status_code == 200, response.get_json()
+    drain(relay_to(upstream))
+    sent = html_of(upstream.received[0]).replace("\r\n", "\n")  # MIME's line ends
+
+    tracked = [value.strip('"') for value in TRACKED_HREF.findall(sent)]
+    assert len(tracked) == len(TRICKY_LINKS)
+    followed = [client.get(path_of(html.unescape(url))).headers["Location"] for url in tracked]
+    assert followed == expected
+    # Outside the rewritten values, the document is byte for byte as the sender wrote it.
+    # (MIME ends the part with a line end.)
+    assert TRACKED_HREF.sub("T", sent) == links_document(["T"] * len(TRICKY_LINKS)) + "\n"

@@ -11,9 +11,11 @@ import ssl
 import subprocess
 from dataclasses import replace
 from email.message import EmailMessage
+from pathlib import Path
 
 import pytest
 
+from layang.delivery.worker import Worker
 from layang.domain import accounts
 from layang.models import AuthorizedRecipient, Recipient, Transmission
 from layang.submission.server import submission_server
@@ -396,3 +398,120 @@ def test_a_message_must_name_one_author(server, smtp_config, trial, from_lines):
     assert smtp.sendmail(SANDBOX_SENDER, ["ana@rcpt.test"], message().as_bytes()) == {}
     smtp.quit()
     assert Transmission.select().count() == 1
+
+
+# -- the bytes that come out: dot-stuffing undone once at every line start (RFC 5321 §4.5.2),
+# whatever ended the line; the fields no recipient may see gone. The capture relay writes what
+# would be sent.
+
+HIDDEN_FIELDS = (
+    b"Bcc: blind@rcpt.test\r\n"
+    b"Resent-Bcc: resent-blind@rcpt.test\r\n"
+    b"Return-Path: <client-chosen@sender.test>\r\n"
+    b"X-Layang-Stream: transactional\r\n"
+    b"X-Layang-Campaign: spring\r\n"
+    b"Idempotency-Key: order-42\r\n"
+)
+
+
+def captured(config) -> bytes:
+    """The one copy the capture relay wrote, without the two lines it puts on top."""
+    worker = Worker(config, name="capture-worker")
+    try:
+        drain(worker)
+    finally:
+        worker.close()
+    (copy,) = sorted(Path(config.relay_url.removeprefix("capture:")).glob("*.eml"))
+    data = copy.read_bytes()
+    head, _, message = data.partition(b"Delivered-To: ana@rcpt.test\r\n")
+    assert head.startswith(b"Return-Path: <b+")  # the VERP return path, the only one
+    return message
+
+
+def header_of(message: bytes) -> bytes:
+    return message.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+
+
+def test_smtplib_bare_lf_lines_are_unstuffed_once_and_hidden_fields_dropped(
+    server, smtp_config, trial, config
+):
+    account, key = trial
+    smtp = connect(smtp_config)
+    smtp.login(account.name, key)
+    smtp.mail(SANDBOX_SENDER)
+    smtp.rcpt("ana@rcpt.test")
+    code, _ = smtp.docmd("DATA")
+    assert code == 354
+    # As written on the wire, stuffed: the body's lines are ".", ".hidden", "..two", "end",
+    # some of them ended by a bare LF.
+    smtp.send(
+        b"From: Trial Shop <" + SANDBOX_SENDER.encode() + b">\r\n"
+        b"To: ana@rcpt.test\r\n"
+        b"Subject: Dots\r\n" + HIDDEN_FIELDS + b"\r\n"
+        b"before\n..\n..hidden\r\n...two\n"
+        b"end\r\n.\r\n"
+    )
+    code, reply = smtp.getreply()
+    assert code == 250, reply
+    smtp.quit()
+
+    message = captured(config)
+    assert message.endswith(b"\r\n\r\nbefore\n.\n.hidden\r\n..two\nend\r\n")
+    header = header_of(message)
+    for field in HIDDEN_FIELDS.split(b"\r\n")[:-1]:
+        assert field.split(b":")[0] + b":" not in header, field
+    assert b"blind@rcpt.test" not in message and b"client-chosen" not in message
+    assert b"order-42" not in message and b"spring" not in message
+    assert header.count(b"X-Layang-Id: ") == 1  # the worker's own
+
+
+def test_swaks_submission_keeps_dots_once_and_drops_hidden_fields(
+    server, smtp_config, trial, config, tmp_path
+):
+    if shutil.which("swaks") is None:
+        if os.environ.get("LAYANG_REQUIRE_TOOLS"):
+            pytest.fail("swaks is required here (apt-get install swaks)")
+        pytest.skip("swaks is not installed (apt-get install swaks)")
+    account, key = trial
+    host, port = smtp_config.smtp_host_port
+    data = tmp_path / "message.eml"
+    data.write_bytes(
+        b"From: Trial Shop <" + SANDBOX_SENDER.encode() + b">\r\n"
+        b"To: ana@rcpt.test\r\n"
+        b"Subject: Dots by swaks\r\n" + HIDDEN_FIELDS + b"\r\n"
+        b".\r\n..two\r\n.hidden\r\nend"  # swaks ends the data with its own CRLF
+    )
+    result = subprocess.run(
+        [
+            "swaks",
+            "--server",
+            f"{host}:{port}",
+            "--tls",
+            "--auth",
+            "LOGIN",
+            "--auth-user",
+            account.name,
+            "--auth-password",
+            key,
+            "--helo",
+            "swaks.test",
+            "--from",
+            SANDBOX_SENDER,
+            "--to",
+            "ana@rcpt.test",
+            "--data",
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "250 2.0.0 OK queued as" in result.stdout
+
+    message = captured(config)
+    assert message.endswith(b"\r\n\r\n.\r\n..two\r\n.hidden\r\nend\r\n")
+    header = header_of(message)
+    for name in (b"Bcc:", b"Resent-Bcc:", b"Return-Path:", b"X-Layang-Stream:", b"Idempotency-"):
+        assert name not in header, name
+    assert b"blind@rcpt.test" not in message and b"client-chosen" not in message

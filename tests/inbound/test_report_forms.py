@@ -1,0 +1,251 @@
+"""Every form a report comes in, read as the remote server meant it: RFC 6533 global reports,
+a generic status explained in ``X-Supplementary-Info``, Exim's stock notices that explain only
+in words, RFC 3834 auto-replies; and the real reports of ``shared/corpora/bounces``."""
+
+from __future__ import annotations
+
+import json
+import os
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+from layang.domain.feedback import (
+    DELAYED,
+    FAILED,
+    AutoReply,
+    DeliveryReport,
+    FeedbackReport,
+    bounce_class,
+)
+from layang.inbound.reports import read_report
+from tests.conftest import BACKENDS
+from tests.inbound.test_reports import RECIPIENT, deliver, inbound, record, send_and_relay
+
+__all__ = ["inbound"]  # the fixture, used by name
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpora" / "bounces"
+
+
+def suppressed(client, auth) -> bool:
+    return client.get(f"/v1/layang/suppressions/{RECIPIENT}", headers=auth).status_code == 200
+
+
+def global_dsn(verp: str) -> bytes:
+    """An RFC 6533 report: UTF-8 in the status fields, the original as message/global."""
+    return (
+        "From: Mail Delivery System <mailer-daemon@mx.rcpt.test>\r\n"
+        f"To: {verp}\r\n"
+        "Subject: Undelivered Mail Returned to Sender\r\n"
+        "MIME-Version: 1.0\r\n"
+        'Content-Type: multipart/report; report-type=global-delivery-status; boundary="g"\r\n'
+        "\r\n"
+        "--g\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        "\r\n"
+        "Ihre Nachricht konnte nicht zugestellt werden.\r\n"
+        "--g\r\n"
+        "Content-Type: message/global-delivery-status\r\n"
+        "\r\n"
+        "Reporting-MTA: dns; mx.rcpt.test\r\n"
+        "\r\n"
+        f"Original-Recipient: utf-8; {RECIPIENT}\r\n"
+        f"Final-Recipient: utf-8; {RECIPIENT}\r\n"
+        "Action: failed\r\n"
+        "Status: 5.1.1\r\n"
+        "Diagnostic-Code: smtp; 550 5.1.1 Empfänger unbekannt: Postfach existiert nicht\r\n"
+        "\r\n"
+        "--g\r\n"
+        "Content-Type: message/global\r\n"
+        "\r\n"
+        "From: shop@sender.test\r\n"
+        "Subject: Bestätigung\r\n"
+        "\r\n"
+        "Grüße\r\n"
+        "--g--\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_global_delivery_status_report_is_a_hard_bounce(
+    client, auth, upstream, relay_to, inbound
+):
+    record_id, verp = send_and_relay(client, auth, upstream, relay_to)
+    deliver(inbound, verp, global_dsn(verp))
+    shown = record(client, auth, record_id)
+    assert shown["status"] == "Bounce"
+    event = shown["events"][-1]
+    assert event["bounceClass"] == "hard"
+    assert event["detail"]["status"] == "5.1.1"
+    assert event["detail"]["diagnostic"] == (
+        "550 5.1.1 Empfänger unbekannt: Postfach existiert nicht"
+    )
+    assert event["detail"]["reportedBy"] == "mx.rcpt.test"
+    assert suppressed(client, auth)
+
+
+def test_a_generic_status_is_explained_by_x_supplementary_info(
+    client, auth, upstream, relay_to, inbound
+):
+    record_id, verp = send_and_relay(client, auth, upstream, relay_to)
+    report = (
+        "From: postmaster@mx.rcpt.test\r\n"
+        f"To: {verp}\r\n"
+        "Subject: Delivery Status Notification (Failure)\r\n"
+        "MIME-Version: 1.0\r\n"
+        'Content-Type: multipart/report; report-type=delivery-status; boundary="s"\r\n'
+        "\r\n"
+        "--s\r\n"
+        "Content-Type: text/plain\r\n"
+        "\r\n"
+        "Delivery has failed to these recipients.\r\n"
+        "--s\r\n"
+        "Content-Type: message/delivery-status\r\n"
+        "\r\n"
+        "Reporting-MTA: dns; mx.rcpt.test\r\n"
+        "\r\n"
+        f"Final-Recipient: rfc822; {RECIPIENT}\r\n"
+        "Action: failed\r\n"
+        "Status: 5.0.0\r\n"
+        'X-Supplementary-Info: <192.0.2.32 #5.0.0 smtp; 550 "Unknown User">\r\n'
+        "\r\n"
+        "--s--\r\n"
+    ).encode()
+    deliver(inbound, verp, report)
+    event = record(client, auth, record_id)["events"][-1]
+    assert event["status"] == "Bounce" and event["bounceClass"] == "hard"
+    assert event["detail"]["diagnostic"] == '192.0.2.32 #5.0.0 smtp; 550 "Unknown User"'
+    assert suppressed(client, auth)
+
+
+EXIM_NOTICE = """This message was created automatically by mail delivery software.
+
+A message that you sent could not be delivered to one or more of its
+recipients. This is a permanent error. The following address(es) failed:
+
+  {address}
+    {reason}
+
+------ This is a copy of the message, including all the headers. ------
+
+Return-path: <{verp}>
+From: shop@sender.test
+Subject: Your order
+"""
+
+
+@pytest.mark.parametrize(
+    ("reason", "klass", "is_suppressed"),
+    [
+        ("Unrouteable address", "hard", True),
+        ("mailbox no longer exists", "hard", True),
+        ("Mailbox quota exceeded", "soft", False),
+        ("retry timeout exceeded", "soft", False),
+    ],
+)
+def test_exims_stock_notices_are_read_from_their_words(
+    client, auth, upstream, relay_to, inbound, reason, klass, is_suppressed
+):
+    record_id, verp = send_and_relay(client, auth, upstream, relay_to)
+    notice = EmailMessage()
+    notice["From"] = "Mail Delivery System <Mailer-Daemon@mx.rcpt.test>"
+    notice["To"] = verp
+    notice["Subject"] = "Mail delivery failed: returning message to sender"
+    notice["Auto-Submitted"] = "auto-replied"
+    notice.set_content(EXIM_NOTICE.format(address=RECIPIENT, reason=reason, verp=verp))
+    deliver(inbound, verp, notice.as_bytes())
+    shown = record(client, auth, record_id)
+    assert shown["status"] == "Bounce"
+    assert shown["events"][-1]["bounceClass"] == klass
+    assert suppressed(client, auth) is is_suppressed
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"Auto-Submitted": "auto-replied", "Subject": "Away until May 5"},
+        {"Subject": "Automatic reply: Your order", "X-Auto-Response-Suppress": "All"},
+        {"Subject": "Out of Office: Your order", "X-Autoreply": "yes"},
+        {"Subject": "Re: Your order", "X-Apple-Action": "VACATION"},
+    ],
+    ids=["rfc3834", "exchange", "x-autoreply", "icloud"],
+)
+def test_an_auto_reply_is_kept_as_such_and_suppresses_nothing(
+    client, auth, upstream, relay_to, inbound, fields
+):
+    record_id, verp = send_and_relay(client, auth, upstream, relay_to)
+    reply = EmailMessage()
+    reply["From"] = "Ana <ana@rcpt.test>"
+    reply["To"] = verp
+    for name, value in fields.items():
+        reply[name] = value
+    reply.set_content("I am away until May 5 with no access to my mail.\n")
+    deliver(inbound, verp, reply.as_bytes())
+    shown = record(client, auth, record_id)
+    assert shown["status"] == "Delivery"
+    assert [e["status"] for e in shown["events"]] == ["Injection", "Delivery", "AutoReply"]
+    assert shown["events"][-1]["detail"]["reportedBy"] == "rcpt.test"
+    assert not suppressed(client, auth)
+    found = client.get("/v1/layang/activity?status=AutoReply", headers=auth).get_json()
+    assert [item["id"] for item in found["items"]] == [record_id]
+
+
+# -- the corpus of real reports -----------------------------------------------------------
+
+
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        if os.environ.get("LAYANG_REQUIRE_TOOLS"):
+            pytest.fail(f"the bounce corpus is required here and missing: {CORPUS}")
+        pytest.skip(f"the bounce corpus is not beside the repository ({CORPUS})")
+    return CORPUS
+
+
+def classes_given(report) -> list[str]:
+    """What Layang records of each failed recipient, in the corpus's words."""
+    if isinstance(report, FeedbackReport):
+        return ["complaint"]
+    if isinstance(report, AutoReply):
+        return ["none"]
+    if not isinstance(report, DeliveryReport):
+        return [f"unrecognised ({report.reason})"]
+    told = [bounce_class(s) for s in report.statuses if s.action in (FAILED, DELAYED)]
+    return told or ["none"]
+
+
+def corpus_figures() -> tuple[int, int, list[str], list[str]]:
+    root = corpus()
+    expected = json.loads((root / "expected.json").read_text())
+    matched = total = 0
+    wrong_hard, missed = [], []
+    for name, records in sorted(expected.items()):
+        given = classes_given(read_report((root / "emails" / name).read_bytes()))
+        for index, want in enumerate(records):
+            got = given[min(index, len(given) - 1)]
+            total += 1
+            matched += got == want["class"]
+            if got != want["class"]:
+                missed.append(f"{name}#{index}: {want['class']} ({want['reason']}), gave {got}")
+            if got == "hard" and want["class"] != "hard":
+                wrong_hard.append(f"{name}#{index} ({want['reason']})")
+    return matched, total, wrong_hard, missed
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the corpus's labels come from sisimai's per-provider rules; Layang's reader "
+    "does not reach 97 % yet, and gives hard where the corpus says filtered",
+)
+def test_the_corpus_is_classed_as_its_labels_say():
+    matched, total, wrong_hard, missed = corpus_figures()
+    assert not wrong_hard, wrong_hard
+    assert matched / total >= 0.97, "\n".join(missed)
+
+
+def test_the_corpus_reading_does_not_slip_back():
+    # The figures reached so far, held while the rest of the way to the labels is made.
+    matched, total, wrong_hard, _ = corpus_figures()
+    assert total == 398
+    assert matched / total >= 0.875
+    assert len(wrong_hard) <= 15, wrong_hard
