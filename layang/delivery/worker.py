@@ -48,6 +48,7 @@ from layang.delivery.routes import Router, Transport
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
+from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
@@ -527,6 +528,8 @@ class Bookkeeper:
                 log.exception("could not record outcomes")
                 self.worker.abandoned = True
                 break
+        # The Warning goes out with the event that crossed the threshold, not with a later send.
+        judge_recorded(recorded.items(), self.worker.config)
         counts = collections.Counter(recorded.values())
         for status, count in counts.items():
             recorded_outcomes().labels(status).inc(count)

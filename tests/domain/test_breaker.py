@@ -162,19 +162,29 @@ def test_a_reported_bounce_that_crosses_the_threshold_warns_at_once(
     ]
 
 
-def test_delivery_recording_can_judge_at_once(client, auth, upstream, relay_to, config):
-    # What the delivery engine calls after recording a batch of outcomes.
+def test_a_delivery_batch_that_crosses_the_threshold_warns_at_once(
+    client, auth, upstream, relay_to, config
+):
+    # 19 delivered and 1 hard bounce from the server itself (the simulator's 550), then
+    # nothing more is sent: recording the batch must raise the Warning, not a later send.
     from layang.mail.breaker_levels import judge_recorded
+    from layang.models import WebhookEvent
 
+    hook = {"url": "https://hooks.rcpt.test/layang", "events": ["Warning"]}
+    assert client.post("/v1/layang/webhooks", headers=auth, json=hook).status_code == 201
     to = addresses("success", 19) + addresses("bounce", 1)
     assert client.post(URL, headers=auth, json=body("shop@a.test", to)).status_code == 200
     drain(relay_to(upstream))
-    recorded = [(r.id, r.status) for r in Recipient.select()]
-    raised = judge_recorded(recorded, config)
-    assert sorted((s.domain, breaker.LEVEL_NAMES[s.level]) for s in raised) == [
-        ("", "warning"),
-        ("a.test", "warning"),
+    levels = {s.domain: breaker.LEVEL_NAMES[s.level] for s in BreakerState.select()}
+    assert levels == {"": "warning", "a.test": "warning"}  # 1 of 20: 5 %
+    warnings = [
+        json.loads(e.detail) for e in WebhookEvent.select().where(WebhookEvent.status == "Warning")
     ]
+    assert sorted((w["scope"], w["level"]) for w in warnings) == [
+        ("account", "warning"),
+        ("domain", "warning"),
+    ]
+    recorded = [(r.id, r.status) for r in Recipient.select()]
     assert judge_recorded(recorded, config) == []  # raised once
 
 
