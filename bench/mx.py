@@ -282,7 +282,7 @@ def start_dns(domains: int, sites: int, addresses: list[str]):
     (domain i on site i mod sites), each host's A record; long TTLs."""
     from dnslib.server import DNSServer
 
-    from tests.dns_server import QuietLogger, Zone, _free_port
+    from tests.support.dns_server import QuietLogger, Zone, _free_port
 
     zone = Zone()
     for site in range(sites):

@@ -29,7 +29,7 @@ from bench.overview import fill  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.domain import accounts  # noqa: E402
 from layang.serving.app import create_app  # noqa: E402
-from tests.browser import CHROMIUM_FLAGS, chromium_path  # noqa: E402
+from tests.support.browser import CHROMIUM_FLAGS, chromium_path  # noqa: E402
 
 # Every resource the page fetched, and when it was drawn.
 MEASURE = """() => {

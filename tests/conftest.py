@@ -19,10 +19,6 @@ from layang.delivery.worker import Worker
 from layang.domain import accounts
 from layang.models import Account
 from layang.serving.app import create_app
-from tests.browser import browser, live_server  # noqa: F401 - fixtures
-from tests.dns_server import dns_zone  # noqa: F401 - fixture
-from tests.internet import internet  # noqa: F401 - fixture
-from tests.netns import two_hosts  # noqa: F401 - fixture
 from tests.postgres.server import (  # noqa: F401 - fixtures
     own_postgres,
     own_postgres_server,
@@ -30,8 +26,12 @@ from tests.postgres.server import (  # noqa: F401 - fixtures
     postgres_database,
     postgres_url,
 )
-from tests.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
-from tests.webhook_receiver import receiver  # noqa: F401 - fixture
+from tests.support.browser import browser, live_server  # noqa: F401 - fixtures
+from tests.support.dns_server import dns_zone  # noqa: F401 - fixture
+from tests.support.internet import internet  # noqa: F401 - fixture
+from tests.support.netns import two_hosts  # noqa: F401 - fixture
+from tests.support.upstream import Upstream, tls_upstream, upstream  # noqa: F401 - fixtures
+from tests.support.webhook_receiver import receiver  # noqa: F401 - fixture
 
 BACKENDS = ("sqlite", "postgresql")
 

@@ -240,9 +240,9 @@ def test_read_only_commands_leave_an_empty_database_untouched(layang, config):
 
 
 def record(args, tmp_path, env, **popen):
-    """Start ``layang ARGS`` noting the settings it reads (tests/settings_recorder.py)."""
+    """Start ``layang ARGS`` noting the settings it reads (tests/support/settings_recorder.py)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.settings_recorder", *args],
+        [sys.executable, "-m", "tests.support.settings_recorder", *args],
         cwd=ROOT,
         env=env,
         **popen,

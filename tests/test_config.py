@@ -17,7 +17,7 @@ from layang.config import Config, ConfigError
 from layang.db import database
 from layang.domain import accounts
 from layang.serving.app import create_app
-from tests.tls_pki import LocalCA
+from tests.support.tls_pki import LocalCA
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import drain
 from tests.inbound.test_reports import arf, deliver, dsn, inbound, send_and_relay  # noqa: F401
-from tests.webhook_receiver import Receiver, receiver  # noqa: F401
+from tests.support.webhook_receiver import Receiver, receiver  # noqa: F401
 from tests.webhooks.test_dispatch import dispatch_until, dispatchers, endpoint  # noqa: F401
 
 URL = "/v1/layang/transmissions"

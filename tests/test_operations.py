@@ -9,8 +9,8 @@ import sys
 
 import httpx
 
-from tests.browser import screenshot
 from tests.delivery.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
+from tests.support.browser import screenshot
 
 
 def test_healthz(client):

@@ -19,7 +19,7 @@ from layang.destinations.mx import remember_sites
 from layang.domain import accounts
 from layang.metrics import site_outcome
 from tests.conftest import BACKENDS
-from tests.internet import SLOW_DOWN
+from tests.support.internet import SLOW_DOWN
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 

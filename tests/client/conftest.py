@@ -16,7 +16,7 @@ import pytest
 from layang.client import Layang
 from layang.domain import accounts
 from layang.models import Account
-from tests.upstream import Upstream
+from tests.support.upstream import Upstream
 
 SANDBOX_SENDER = "sandbox@sandbox.layang.test"
 

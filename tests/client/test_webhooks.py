@@ -15,7 +15,7 @@ from standardwebhooks import Webhook
 from layang.client import Layang, LayangError, NotFoundError, ValidationError, verify_webhook
 from layang.config import Config
 from layang.webhooks.dispatcher import Dispatcher
-from tests.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture

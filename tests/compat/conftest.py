@@ -14,7 +14,7 @@ import mailtarget_sdk
 import pytest
 
 from layang.client import Layang
-from tests.upstream import Received, Upstream
+from tests.support.upstream import Received, Upstream
 
 # A 1x1 PNG, the kind of image an HTML body shows inline.
 PNG = base64.b64decode(

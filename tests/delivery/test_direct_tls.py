@@ -12,9 +12,9 @@ import pytest
 from layang.models import Event, Recipient
 from tests.delivery.test_direct import Running, last_event, send_to, wait_until
 from tests.destinations.transport import server_context, tlsa_data
-from tests.policy_server import PolicyServer
-from tests.tls_pki import LocalCA
-from tests.upstream import make_self_signed_cert
+from tests.support.policy_server import PolicyServer
+from tests.support.tls_pki import LocalCA
+from tests.support.upstream import make_self_signed_cert
 
 DOMAIN = "bank.test"
 MX = "mx1.bank.test"

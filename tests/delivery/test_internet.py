@@ -13,7 +13,7 @@ import pytest
 
 from layang.destinations.mx import MxFailure, MxResolver
 from layang.destinations.shaping import Shaping
-from tests.internet import GREYLISTED, SLOW_DOWN
+from tests.support.internet import GREYLISTED, SLOW_DOWN
 
 
 def smtp(server) -> smtplib.SMTP:

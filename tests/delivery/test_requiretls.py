@@ -16,8 +16,8 @@ from layang.submission.server import submission_server, take_requiretls
 from tests.conftest import drain
 from tests.delivery.test_crash import free_port
 from tests.submission.test_submission import client_context
-from tests.tls_pki import LocalCA
-from tests.upstream import Upstream, make_self_signed_cert, server_tls_context
+from tests.support.tls_pki import LocalCA
+from tests.support.upstream import Upstream, make_self_signed_cert, server_tls_context
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from layang.delivery.smarthost import RelayConfigError, Smarthost, redact_url, relay_from_url
-from tests.upstream import make_self_signed_cert
+from tests.support.upstream import make_self_signed_cert
 
 
 @pytest.fixture

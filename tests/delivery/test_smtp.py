@@ -14,7 +14,7 @@ import pytest
 
 from layang.delivery.smtp import Refused, Stale
 from tests.delivery.conftest import MESSAGE
-from tests.upstream import Upstream, make_self_signed_cert, server_tls_context
+from tests.support.upstream import Upstream, make_self_signed_cert, server_tls_context
 
 pytestmark = pytest.mark.usefixtures("no_threads_left_behind")
 

@@ -11,8 +11,8 @@ from dnslib.server import DNSServer
 
 from tests.delivery.test_crash import process_env, stop, wait_until
 from tests.delivery.test_direct import send_to
-from tests.dns_server import QuietLogger
-from tests.internet import MxServer, _shared_port
+from tests.support.dns_server import QuietLogger
+from tests.support.internet import MxServer, _shared_port
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from layang.destinations.certificates import names_match, wildcard_matches
-from tests.tls_pki import LocalCA
+from tests.support.tls_pki import LocalCA
 
 
 def test_a_certificate_covers_its_names_its_wildcards_one_label_deep_and_its_addresses(

@@ -22,7 +22,7 @@ from tests.destinations.transport import (
     server_context,
     tlsa_data,
 )
-from tests.upstream import make_self_signed_cert
+from tests.support.upstream import make_self_signed_cert
 
 
 @pytest.mark.parametrize(("selector", "matching"), [(0, 0), (1, 1), (0, 2), (1, 2)])

@@ -27,7 +27,7 @@ from layang.destinations.mx import MxHost, MxResolver
 from layang.destinations.shaping import Shaping
 from layang.domain.dns_lookup import DnsLookup
 from layang.webhooks.wire import Resolver as WebhookResolver
-from tests.dns_server import Zone
+from tests.support.dns_server import Zone
 
 DOMAIN = "rcpt.test"
 MX = "mx.rcpt.test"

@@ -19,8 +19,8 @@ from tests.destinations.transport import (
     mx_server,
     run_session,
 )
-from tests.stripping_proxy import StrippingProxy
-from tests.upstream import make_self_signed_cert, server_tls_context
+from tests.support.stripping_proxy import StrippingProxy
+from tests.support.upstream import make_self_signed_cert, server_tls_context
 
 
 def test_enforce_with_a_valid_certificate_delivers_under_mta_sts(world: World) -> None:

@@ -14,7 +14,7 @@ from tests.destinations.transport import (
     mx_server,
     run_session,
 )
-from tests.upstream import make_self_signed_cert, server_tls_context
+from tests.support.upstream import make_self_signed_cert, server_tls_context
 
 
 def test_a_shaping_rule_requiring_tls_refuses_an_unverified_certificate(

@@ -23,9 +23,9 @@ from layang.destinations.mta_sts import StsPolicy
 from layang.destinations.policy import TransportPolicy
 from layang.models import Recipient, TlsReport, Transmission
 from tests.conftest import BACKENDS, drain
-from tests.dns_server import Zone
-from tests.policy_server import PolicyServer
-from tests.tls_pki import LocalCA
+from tests.support.dns_server import Zone
+from tests.support.policy_server import PolicyServer
+from tests.support.tls_pki import LocalCA
 
 SCHEMA = json.loads((Path(__file__).parent / "tlsrpt_report.schema.json").read_text())
 DOMAIN = "bank.test"

@@ -29,10 +29,10 @@ from layang.destinations.policy import (
     check_session,
     policy_for,
 )
-from tests.dns_server import Zone
-from tests.policy_server import PolicyServer
-from tests.tls_pki import LocalCA
-from tests.upstream import Upstream
+from tests.support.dns_server import Zone
+from tests.support.policy_server import PolicyServer
+from tests.support.tls_pki import LocalCA
+from tests.support.upstream import Upstream
 
 DOMAIN = "bank.test"
 MX1, MX2 = "mx1.bank.test", "mx2.bank.test"

@@ -10,7 +10,7 @@ import pytest
 
 from layang.config import Config
 from tests.delivery.test_crash import process_env, send_many, start, stop, wait_until
-from tests.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 from layang.domain import accounts
 from layang.models import AuthorizedRecipient
 from tests.api.test_sandbox import RECIPIENTS, consent_link
-from tests.browser import screenshot
 from tests.conftest import drain
+from tests.support.browser import screenshot
 
 
 def test_consent_in_a_browser(client, app, upstream, relay_to, browser, live_server):

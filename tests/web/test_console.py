@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from layang.domain import accounts
-from tests.browser import ARTIFACTS, screenshot
 from tests.conftest import drain
+from tests.support.browser import ARTIFACTS, screenshot
 
 SHIPPED = {
     "id": "shipped",

@@ -9,7 +9,7 @@ import pytest
 
 from layang.domain import accounts
 from layang.domain.sending_domains import get_domain
-from tests.browser import screenshot
+from tests.support.browser import screenshot
 from tests.web.test_console import sign_in
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from layang.domain import accounts
-from tests.browser import overflow, screenshot
 from tests.conftest import drain
+from tests.support.browser import overflow, screenshot
 from tests.web.test_console import SHIPPED, sign_in
 
 LONG_REPLY = (

@@ -11,9 +11,9 @@ from layang.domain import accounts
 from layang.domain.dmarc import store_reports
 from layang.inbound.dmarc_reports import read_aggregate_reports
 from layang.models import Recipient
-from tests.browser import screenshot
 from tests.conftest import drain
 from tests.inbound.test_dmarc import all_four
+from tests.support.browser import screenshot
 from tests.web.test_console import sign_in
 
 SIM = "simulator.layang.test"

@@ -6,9 +6,9 @@ what needs attention."""
 from __future__ import annotations
 
 from layang.domain import accounts
-from tests.browser import overflow, screenshot
 from tests.conftest import drain
 from tests.delivery.test_simulator import send_over_http, settled
+from tests.support.browser import overflow, screenshot
 from tests.web.test_console import sign_in
 
 REAL = "ana@rcpt.test"

@@ -7,8 +7,8 @@ from layang.clock import now_ms
 from layang.destinations import sites
 from layang.destinations.mx import remember_sites
 from layang.domain import accounts
-from tests.browser import screenshot
-from tests.internet import SLOW_DOWN
+from tests.support.browser import screenshot
+from tests.support.internet import SLOW_DOWN
 from tests.web.test_console import sign_in
 
 

@@ -7,8 +7,8 @@ import re
 from datetime import datetime, timedelta
 
 from layang.domain import accounts
-from tests.browser import ARTIFACTS, screenshot
 from tests.conftest import b64, drain
+from tests.support.browser import ARTIFACTS, screenshot
 from tests.web.test_console import sign_in
 
 MARKUP = "<img src=x onerror=alert(1)>"

@@ -10,8 +10,8 @@ from layang.destinations.mta_sts import StsPolicy
 from layang.destinations.policy import TransportPolicy
 from layang.domain import accounts
 from layang.models import Event, Recipient
-from tests.browser import screenshot
 from tests.conftest import drain
+from tests.support.browser import screenshot
 from tests.web.test_console_suppressions import sign_in
 
 STS = TransportPolicy(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.browser import screenshot
 from tests.conftest import drain
 from tests.delivery.test_simulator import EXPECTED, activity, send_over_http, settled
+from tests.support.browser import screenshot
 from tests.web.test_console import sign_in
 from tests.web.test_console_reading import _account
 

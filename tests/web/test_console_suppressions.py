@@ -7,8 +7,8 @@ import re
 
 from layang.domain import accounts
 from layang.models import Suppression
-from tests.browser import screenshot
 from tests.conftest import drain
+from tests.support.browser import screenshot
 
 
 def sign_in(page, base, key):

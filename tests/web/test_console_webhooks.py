@@ -12,9 +12,9 @@ from standardwebhooks import Webhook
 
 from layang.domain import accounts
 from layang.webhooks.dispatcher import Dispatcher
-from tests.browser import overflow, screenshot
+from tests.support.browser import overflow, screenshot
+from tests.support.webhook_receiver import Receiver
 from tests.web.test_console import _login, sign_in
-from tests.webhook_receiver import Receiver
 
 
 @pytest.fixture

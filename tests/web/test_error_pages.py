@@ -11,8 +11,8 @@ import pytest
 
 from layang.db import database
 from layang.serving.app import create_app
-from tests.browser import screenshot
 from tests.delivery.test_crash import free_port
+from tests.support.browser import screenshot
 
 FORM_EXPIRED = "The form expired; reload the page and try again."
 

@@ -20,9 +20,9 @@ from layang.models import Account, WebhookEndpoint, WebhookEvent
 from layang.webhooks import dispatcher as webhook_dispatcher
 from layang.webhooks.dispatcher import Dispatcher
 from tests.conftest import drain
-from tests.tls_pki import LocalCA
-from tests.upstream import make_self_signed_cert, server_tls_context
-from tests.webhook_receiver import Receiver
+from tests.support.tls_pki import LocalCA
+from tests.support.upstream import make_self_signed_cert, server_tls_context
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from layang.domain import accounts
 from layang.models import WebhookAttempt
 from layang.webhooks.dispatcher import Dispatcher
 from tests.conftest import BACKENDS
-from tests.webhook_receiver import Receiver, SlowLoris
+from tests.support.webhook_receiver import Receiver, SlowLoris
 from tests.webhooks.test_dispatch import endpoint, send
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)

@@ -1,6 +1,6 @@
 """Run ``layang`` noting every setting the code reads from its configuration.
 
-``python -m tests.settings_recorder ARGS…`` runs ``layang ARGS…``; each ``Config`` field (or
+``python -m tests.support.settings_recorder ARGS…`` runs ``layang ARGS…``; each ``Config`` field (or
 property derived from one) read outside ``layang/config.py`` is appended, once per process, to
 the file named by ``RECORD_SETTINGS_TO`` (forked gunicorn workers append theirs too).
 """

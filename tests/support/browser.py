@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -1,5 +1,6 @@
-"""A simulated internet on this machine: a real DNS server (``tests.dns_server``) whose zone names
-the recipients' domains, and their MX hosts as real SMTP servers (``tests.upstream``) on distinct
+"""A simulated internet on this machine: a real DNS server (``tests.support.dns_server``) whose
+zone names the recipients' domains, and their MX hosts as real SMTP servers
+(``tests.support.upstream``) on distinct
 loopback addresses (127.0.0.2, 127.0.0.3, … and ::1), all on one port, as port 25 is one port
 on every host of the real internet (``LAYANG_MX_PORT`` points Layang at it).
 
@@ -24,8 +25,8 @@ import pytest
 from aiosmtpd.smtp import Envelope, Session
 
 from layang.config import Config
-from tests.dns_server import Zone
-from tests.upstream import Upstream, _Handler, _TrackedSMTP
+from tests.support.dns_server import Zone
+from tests.support.upstream import Upstream, _Handler, _TrackedSMTP
 
 SLOW_DOWN = (
     "421 4.7.28 Our system has detected an unusual rate of unsolicited mail originating "
@@ -92,7 +93,7 @@ class MxServer(Upstream):
             tls_context=tls_context,
             requiretls=requiretls,
         )
-        self.latency = latency  # before every reply (tests.upstream), the greeting included
+        self.latency = latency  # before every reply (tests.support.upstream), the greeting included
         self._sessions = _SessionCount(self)
 
     def start(self) -> None:
