@@ -11,7 +11,8 @@ from layang.db import database, new_id, write_transaction
 SANDBOX = "sandbox"
 LIVE = "live"
 
-# What an API key may do (contract 11): everything, only submit mail, or only read.
+# What an API key may do (docs/api.md, "Idempotency, rate limits, key scopes"): everything, only
+# submit mail, or only read.
 FULL = "full"
 SEND = "send"
 READ = "read"
@@ -31,9 +32,11 @@ AUTO_REPLY = "AutoReply"
 """An automatic reply (RFC 3834) to the email: no delivery state, no suppression."""
 DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
 WARNING = "Warning"
-"""Not an email's event: the circuit breaker's, about an account or domain (contract 17)."""
+"""Not an email's event: the circuit breaker's, about an account or domain (docs/api.md, "Streams
+and the circuit breaker")."""
 
-# Streams (contract 17): transactional mail is claimed before broadcast mail (``priority``).
+# Streams (docs/api.md, "Streams and the circuit breaker"): transactional mail is claimed before
+# broadcast mail (``priority``).
 TRANSACTIONAL = "transactional"
 BROADCAST = "broadcast"
 STREAMS = (TRANSACTIONAL, BROADCAST)
@@ -292,7 +295,7 @@ class RateWindow(BaseModel):
 MODELS.extend([IdempotencyKey, IdempotencyAnswer, RateWindow])
 
 
-# Why an address is on an account's suppression list (contract 9).
+# Why an address is on an account's suppression list (docs/api.md, "Suppression list").
 HARD_BOUNCE = "hard_bounce"
 COMPLAINED = "complaint"
 UNSUBSCRIBED = "unsubscribe"
@@ -347,7 +350,7 @@ templates_store.bind(database, write_transaction=write_transaction)
 MODELS.extend(templates_store.MODELS)
 
 
-# Webhooks (contract 10). Event types an endpoint may subscribe to, besides "*".
+# Webhooks (docs/api.md, "Webhooks"). Event types an endpoint may subscribe to, besides "*".
 SUPPRESSED = "Suppressed"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
@@ -593,10 +596,10 @@ MODELS.extend([MtaStsPolicy, TlsSessionResult, TlsReport])
 
 
 class BreakerCount(BaseModel):
-    """The circuit breaker's counters (contract 17): messages that reached a final answer,
-    hard bounces and complaints of one account, in one ``bucket`` of ``BUCKET_MS``. ``domain``
-    is the From domain, or '' for the account as a whole. Written with the events they count
-    (``layang.mail.events``), so every process sees the same rates."""
+    """The circuit breaker's counters (docs/api.md, "Streams and the circuit breaker"): messages
+    that reached a final answer, hard bounces and complaints of one account, in one ``bucket`` of
+    ``BUCKET_MS``. ``domain`` is the From domain, or '' for the account as a whole. Written with the
+    events they count (``layang.mail.events``), so every process sees the same rates."""
 
     account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
     domain = peewee.CharField(max_length=253)
@@ -669,7 +672,7 @@ MODELS.extend([DmarcReport, DmarcRecord])
 class ActivityCount(BaseModel):
     """How many events of one ``kind`` an account's mail of one ``stream`` from one sending
     ``domain`` had in one ``hour`` (epoch ms at its start): the overview's figures. Written only
-    by the database's triggers as recipients and events are stored (migrations 18 and 19),
+    by the database's triggers as recipients and events are stored (docs/schema.sql),
     never by the code; ``kind`` is an event status, with a Bounce's class after a colon
     (``Bounce:hard``)."""
 

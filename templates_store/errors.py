@@ -50,7 +50,7 @@ class RenderError(TemplateStoreError):
 
 class InvalidTemplate(TemplateStoreError):
     """A field of a template is invalid (malformed id, empty name, …); ``field`` names it with
-    the contract's spelling (``id``, ``name``, …)."""
+    the API's spelling (docs/api.md) (``id``, ``name``, …)."""
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field

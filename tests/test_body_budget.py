@@ -47,7 +47,7 @@ def send_body(mib: float) -> bytes:
 
 
 PEAK_PER_BODY_BYTE = 2.2
-"""The contract's "about twice its body", with room for what a request needs besides."""
+"""docs/deploy.md's "about twice its body", with room for what a request needs besides."""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

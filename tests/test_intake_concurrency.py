@@ -1,6 +1,7 @@
 """Real `layang serve` processes on the embedded SQLite default, written to by many clients at
-once: ordinary concurrent use never gets a 503 or "database is locked" (CONTRACT 2.1), and a
-message answered 200 is stored even if the server dies the next instant (CONTRACT 2.2)."""
+once: ordinary concurrent use never gets a 503 or "database is locked" (docs/api.md, "Errors"), and
+a message answered 200 is stored even if the server dies the next instant (docs/api.md,
+"Sending")."""
 
 from __future__ import annotations
 

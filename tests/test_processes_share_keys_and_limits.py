@@ -1,4 +1,4 @@
-"""Idempotency keys and the rate limit hold across processes (contract 11): real `layang serve`
+"""Idempotency keys and the rate limit hold across processes (docs/api.md): real `layang serve`
 processes with several gunicorn workers and a real `layang smtpd`, on SQLite and PostgreSQL,
 hit at once by many clients."""
 

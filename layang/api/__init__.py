@@ -35,8 +35,8 @@ def service_config() -> Config:
 
 
 class RequestParser(FlaskParser):
-    """webargs parser that speaks the contract: 400 ``validation_failed`` naming the field,
-    400 ``malformed_json``, and 415 for a body that is not JSON."""
+    """webargs parser that answers as docs/api.md, "Errors", says: 400 ``validation_failed`` naming
+    the field, 400 ``malformed_json``, and 415 for a body that is not JSON."""
 
     DEFAULT_VALIDATION_STATUS = 400
     DEFAULT_UNKNOWN_BY_LOCATION: ClassVar[dict[str, str | None]] = {

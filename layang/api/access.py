@@ -1,4 +1,5 @@
-"""Who may do what, and how much: key scopes and the rate limit's headers (contract 11).
+"""Who may do what, and how much: key scopes and the rate limit's headers (docs/api.md,
+"Idempotency, rate limits, key scopes").
 
 Every ``/v1`` operation needs one scope, decided here and nowhere else: reading (GET, HEAD)
 needs ``read``, sending mail needs ``send``, everything else ``full``; a ``full`` key may do

@@ -1,4 +1,4 @@
-"""The API's error body (contract 2.1): every non-2xx answer, in one place.
+"""The API's error body (docs/api.md, "Errors"): every non-2xx answer, in one place.
 
 It is the application's default answer: for the API's resources, the operations paths
 (``/healthz``, ``/metrics``, ``/openapi.json``, ``/docs``) and any URL nothing else claims. The

@@ -1,5 +1,5 @@
-"""``Idempotency-Key`` on every POST under /v1 (contract 11); the rules are in
-``layang.domain.idempotency``.
+"""``Idempotency-Key`` on every POST under /v1 (docs/api.md, "Idempotency, rate limits, key
+scopes"); the rules are in ``layang.domain.idempotency``.
 
 Before the view, the key is claimed or its recorded answer replayed. A send records its answer
 in the transaction that stores the message (``accept_transmission``); any other view runs

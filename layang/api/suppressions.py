@@ -1,4 +1,5 @@
-"""``/v1/layang/suppressions``: the addresses an account never sends to (contract 9)."""
+"""``/v1/layang/suppressions``: the addresses an account never sends to (docs/api.md, "Suppression
+list")."""
 
 from __future__ import annotations
 

@@ -97,12 +97,6 @@ class Credential:
         return self.scope in (FULL, needed)
 
 
-def authenticate(secret: str) -> Account | None:
-    """The account owning the live key ``secret``, or None."""
-    credential = authenticate_key(secret)
-    return None if credential is None else credential.account
-
-
 def authenticate_key(secret: str) -> Credential | None:
     """The live key ``secret`` with its account and scope, or None."""
     if not _KEY_SHAPE.match(secret):

@@ -154,8 +154,8 @@ class RateLimited(LayangError):
 
 
 class SendingPaused(LayangError):
-    """The circuit breaker paused sending for the account or its From domain (contract 17):
-    ``reason`` names the rate that tripped it."""
+    """The circuit breaker paused sending for the account or its From domain (docs/api.md, "Streams
+    and the circuit breaker"): ``reason`` names the rate that tripped it."""
 
     code = "sending_paused"
 

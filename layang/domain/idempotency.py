@@ -1,4 +1,5 @@
-"""Idempotency keys (contract 11): a request repeated with the same key is answered, not redone.
+"""Idempotency keys (docs/api.md, "Idempotency, rate limits, key scopes"): a request repeated with
+the same key is answered, not redone.
 
 How a keyed request goes, on every way in:
 
@@ -158,14 +159,6 @@ def _answer(account_id: int, key: str) -> IdempotencyAnswer | None:
     return IdempotencyAnswer.get_or_none(
         (IdempotencyAnswer.account == account_id) & (IdempotencyAnswer.key == key)
     )
-
-
-def recorded_answer(claim: Claim, secret_key: str = "") -> Replay | None:
-    """The answer recorded for ``claim``'s key by whichever request committed it, if any."""
-    answer = _answer(claim.account_id, claim.key)
-    if answer is None or answer.fingerprint != claim.fingerprint:
-        return None
-    return Replay(answer.status, _opened(answer, secret_key))
 
 
 def record(claim: Claim, status: int, body: str, secret_key: str) -> None:

@@ -3,10 +3,11 @@ of event, by stream, by sending domain, against the mailbox providers' threshold
 in the queue; and what needs the account's attention. Everything but the streams' own totals
 can be narrowed to one stream.
 
-The figures count events (contract 16): an email that got a ``Delivery`` counts as delivered
-even when a ``Complaint`` followed. They come from ``activity_count``, which the database keeps
-as events are stored (migrations 18 and 19), so each chart is one aggregate query over a few
-hundred rows, however many records the account has.
+The figures count events (docs/api.md, "The overview"): an email that got a ``Delivery`` counts as
+delivered even when a ``Complaint`` followed. They come from ``activity_count``, which the
+database keeps as recipients and events are stored (the ``activity_count_sent`` and
+``activity_count_event`` triggers, docs/schema.sql), so each chart is one aggregate query over a
+few hundred rows, however many records the account has.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Rate limits (contract 11): at most N messages per account in each fixed window.
+"""Rate limits (docs/api.md, "Idempotency, rate limits, key scopes"): at most N messages per account
+in each fixed window.
 
 A message is one submission (an API send or an SMTP DATA), whatever its number of recipients:
-the contract caps "the messages one account may submit", and one message to 50 recipients is
+docs/api.md caps "the messages one account may submit", and one message to 50 recipients is
 one request's work at intake. The count lives in the database, one row per account and window,
 so every API process, SMTP server and host sharing the database counts together: one
 ``INSERT … ON CONFLICT DO UPDATE … RETURNING`` both counts and reads, atomically, on SQLite and

@@ -13,8 +13,9 @@ with the active key (``layang.mail.dkim``).
 The records to publish:
 
 - DKIM: ``TXT <selector>._domainkey.<domain>`` with the public key, one per key.
-- SPF: ``TXT <returnPathDomain>``: the envelope sender lives there (contract section 9), so the
-  domain's own SPF record, often shared with other mail services, is left alone.
+- SPF: ``TXT <returnPathDomain>``: the envelope sender lives there (docs/delivery.md, "Bounces and
+  complaints"), so the domain's own SPF record, often shared with other mail services, is left
+  alone.
 - DMARC: ``TXT _dmarc.<domain>``, a ``p=none`` starter whose aggregate reports go to
   ``dmarc@<returnPathDomain>``, where ``layang inbound`` reads them (``layang.domain.dmarc``);
   any DMARC record the domain (or a parent) already has is fine.

@@ -1,5 +1,5 @@
-"""The suppression list (contract 9): addresses an account never sends to, and the one-click
-unsubscribe that adds one.
+"""The suppression list (docs/api.md, "Suppression list"): addresses an account never sends to, and
+the one-click unsubscribe that adds one.
 
 Bounces, complaints and unsubscribes add entries by themselves, through the events they record
 (``layang.mail.events``); here an account reads its list, adds an address by hand and takes

@@ -70,17 +70,14 @@ class Standing:
     def scope(self) -> str:
         return f"the domain {self.domain}" if self.domain else "this account"
 
-    @property
-    def level_name(self) -> str:
-        return LEVEL_NAMES[self.level]
-
 
 def _percent(rate: float) -> str:
     return f"{rate * 100:.2f}".rstrip("0").rstrip(".") + " %"
 
 
-def judge(rates: Rates, config: Config) -> tuple[int, str]:
-    """The level ``rates`` call for and, above clear, the sentence naming the rate."""
+def judge(rates: Rates, config: Config, ceiling: int = PAUSED) -> tuple[int, str]:
+    """The level ``rates`` call for, at most ``ceiling``, and, above clear, the sentence naming
+    the rate."""
     if rates.sent < config.breaker_min_messages:
         return CLEAR, ""
     found = []
@@ -100,7 +97,7 @@ def judge(rates: Rates, config: Config) -> tuple[int, str]:
             config.breaker_complaint_pause,
         ),
     ):
-        level = PAUSED if rate >= pause else WARNED if rate >= warn else CLEAR
+        level = min(ceiling, PAUSED if rate >= pause else WARNED if rate >= warn else CLEAR)
         if level:
             threshold = pause if level == PAUSED else warn
             found.append(
@@ -136,10 +133,11 @@ def rates_of(account_id: int, domain: str, now: int | None = None) -> Rates:
     return Rates(*(int(value or 0) for value in (row or (0, 0, 0))))
 
 
-def standing(account_id: int, domain: str, config: Config) -> Standing:
-    """Judge one breaker now, recording (and announcing) a level that rose."""
+def standing(account_id: int, domain: str, config: Config, ceiling: int = PAUSED) -> Standing:
+    """Judge one breaker now, recording (and announcing) a level that rose, to at most
+    ``ceiling``."""
     rates = rates_of(account_id, domain)
-    level, reason = judge(rates, config)
+    level, reason = judge(rates, config, ceiling)
     stored = BreakerState.get_or_none(
         (BreakerState.account == account_id) & (BreakerState.domain == domain)
     )
@@ -220,6 +218,7 @@ def judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list[
 
     Call it after every batch of ``Delivery``, ``Bounce`` or ``Complaint`` events is stored:
     the ``Warning`` goes out with the event that crossed the threshold, not with a later send.
+    It raises a breaker to a warning at most; pausing is decided when mail is sent.
     Costs one query when nothing counts, three per account and domain otherwise. Never
     raises: the events are stored already, and a breaker left unjudged is judged by the next
     recording or send.
@@ -261,7 +260,10 @@ def _judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list
         before = BreakerState.get_or_none(
             (BreakerState.account == key[0]) & (BreakerState.domain == key[1])
         )
-        found = standing(key[0], key[1], config)
+        # Only up to a warning here: the rates a batch sees depend on which outcomes were
+        # recorded first (another domain's clean deliveries may be a batch behind), and a pause
+        # stays until an operator lifts it; the next send is judged on everything and pauses.
+        found = standing(key[0], key[1], config, ceiling=WARNED)
         if found.level > (before.level if before is not None else CLEAR):
             raised.append(found)
     return raised

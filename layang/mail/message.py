@@ -315,8 +315,8 @@ class OutgoingMessage:
 
     @property
     def stream(self) -> str:
-        """``transactional`` or ``broadcast`` (contract 17): broadcast is mail that is not
-        transactional."""
+        """``transactional`` or ``broadcast`` (docs/api.md, "Streams and the circuit breaker"):
+        broadcast is mail that is not transactional."""
         return "transactional" if self.is_transactional else "broadcast"
 
     def envelope_recipients(self) -> list[tuple[str, str]]:

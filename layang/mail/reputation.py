@@ -1,4 +1,5 @@
-"""The circuit breaker's counters (contract 17), kept with the events they count.
+"""The circuit breaker's counters (docs/api.md, "Streams and the circuit breaker"), kept with the
+events they count.
 
 ``layang.mail.events`` adds ``counter_statements`` to every batch of events it stores, in the
 same transaction: a message that reached a final answer (a ``Delivery``, or a ``Bounce`` the

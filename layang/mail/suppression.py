@@ -1,5 +1,6 @@
-"""The suppression list as the sending path sees it (contract 9): which events add an address,
-and which recipients must not be relayed. Managing the list is ``layang.domain.suppressions``.
+"""The suppression list as the sending path sees it (docs/api.md, "Suppression list"): which events
+add an address, and which recipients must not be relayed. Managing the list is
+``layang.domain.suppressions``.
 
 An address is suppressed per account. A hard bounce, a complaint or an unsubscribe adds it, in
 the transaction that stores the event (``layang.mail.events``). ``unsubscribe`` entries stop

@@ -43,10 +43,6 @@ class LoopThread:
         finally:
             self.loop.close()
 
-    @property
-    def running(self) -> bool:
-        return not self.loop.is_closed() and self._thread.is_alive()
-
     def call_soon(self, function: Callable[..., object], *args: Any) -> None:
         """Run ``function(*args)`` on the loop, from any thread (no task is made)."""
         self.loop.call_soon_threadsafe(function, *args)

@@ -106,7 +106,7 @@ def _held_by_front() -> int:
 
 
 def over_budget_answer() -> tuple[str, list[tuple[str, str]], bytes]:
-    """The 503 for a request that found no room: (status, headers, body), in the contract's
+    """The 503 for a request that found no room: (status, headers, body), in docs/api.md's
     error shape."""
     body = json.dumps(
         {

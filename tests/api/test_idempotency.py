@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` on the API (contract 11): a repeat is answered, never sent again."""
+"""``Idempotency-Key`` on the API (docs/api.md): a repeat is answered, never sent again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LAYANG_RATE_LIMIT`` on the API (contract 11): 429 with Retry-After over the limit, and the
+"""``LAYANG_RATE_LIMIT`` on the API (docs/api.md): 429 with Retry-After over the limit, and the
 RateLimit-* headers on every /v1 answer while a limit is set. Across processes and SMTP:
 ``tests/test_processes_share_keys_and_limits.py``."""
 

@@ -1,4 +1,4 @@
-"""Key scopes (contract 11), on every operation the OpenAPI document lists: a read key may only
+"""Key scopes (docs/api.md), on every operation the OpenAPI document lists: a read key may only
 read, a send key may only send, anything else is 403 ``forbidden`` naming the scope needed."""
 
 from __future__ import annotations

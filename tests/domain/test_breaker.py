@@ -1,4 +1,4 @@
-"""The reputation circuit breaker (contract 17): the mailbox simulator's bounce and complaint
+"""The reputation circuit breaker (docs/api.md): the mailbox simulator's bounce and complaint
 addresses at volume trip it, through real `layang serve` (two of them), `layang smtpd` and
 `layang worker` processes on one database; a paused account's broadcast mail is refused over
 HTTP (422) and SMTP (550 5.7.1), its transactional mail still goes out, webhooks hear a

@@ -1,4 +1,4 @@
-"""Over SMTP as over the API (contract 11): an ``Idempotency-Key`` header stores a message once,
+"""Over SMTP as over the API (docs/api.md): an ``Idempotency-Key`` header stores a message once,
 the rate limit counts SMTP and API messages together, and a read key cannot log in."""
 
 from __future__ import annotations

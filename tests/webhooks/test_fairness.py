@@ -1,6 +1,6 @@
-"""Fairness between endpoints and accounts (contract 15): one account's slow-loris endpoints,
-answering one byte every 5 s, neither delay another account's events nor hold more than two
-requests each, and every request ends within its overall deadline of 10 s."""
+"""Fairness between endpoints and accounts (docs/api.md, "Webhooks"): one account's slow-loris
+endpoints, answering one byte every 5 s, neither delay another account's events nor hold more than
+two requests each, and every request ends within its overall deadline of 10 s."""
 
 from __future__ import annotations
 
