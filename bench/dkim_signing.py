@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 import dkim as dkimpy  # noqa: E402
 
-from bench.relay import free_port, message, reset, start_any_sink  # noqa: E402
+from bench.support.machine import free_port  # noqa: E402
+from bench.support.queue import message, reset  # noqa: E402
+from bench.support.sinks import start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
 from layang.delivery.worker import Worker  # noqa: E402

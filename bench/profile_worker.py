@@ -92,7 +92,8 @@ def main() -> None:
     import subprocess
     import time
 
-    from bench.vs_postfix import Layang, PostfixSink, ensure_postfix, free_port, outgoing
+    from bench.support.machine import free_port
+    from bench.vs_postfix import Layang, PostfixSink, ensure_postfix, outgoing
 
     ensure_postfix()
     base = Path(tempfile.mkdtemp(prefix="layang-profile-"))

@@ -27,16 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import smtplib
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,134 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.support.machine import free_port, machine_cpu, process_cpu  # noqa: E402
+from bench.support.queue import delivered_so_far, fill, reset  # noqa: E402
+from bench.support.sinks import raw_rate, start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
-from layang.mail.compose import compose_message  # noqa: E402
-from layang.mail.message import Mailbox, OutgoingMessage  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402
-
-TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
-HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
-TABLES = ("event", "recipient", "transmission", "suppression", "api_key", "account")
-_DELIVERED = re.compile(r'layang_worker_outcomes_total\{status="Delivery"\} ([0-9.e+]+)')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on port {port}")
-
-
-def start_sink(port: int) -> subprocess.Popen:
-    sink = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "smtp_sink.py"), str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert sink.stdout.readline().strip() == "ready"
-    return sink
-
-
-def start_any_sink(port: int, choice: str = "auto") -> tuple[subprocess.Popen, str]:
-    """Postfix's smtp-sink if installed (and not ruled out), else the aiosmtpd sink; returns
-    (process, name)."""
-    binary = shutil.which("smtp-sink", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
-    if choice == "smtp-sink" and binary is None:
-        raise SystemExit("smtp-sink is not installed (apt-get install postfix)")
-    if binary is None or choice == "aiosmtpd":
-        return start_sink(port), "aiosmtpd sink (bench/smtp_sink.py)"
-    # smtp-sink drops privileges and insists on being told to whom when started as root.
-    user = ["-u", "nobody"] if os.geteuid() == 0 else []
-    sink = subprocess.Popen(
-        [binary, *user, f"127.0.0.1:{port}", "256"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_port(port)
-    return sink, "Postfix smtp-sink"
-
-
-def message(n: int) -> OutgoingMessage:
-    return OutgoingMessage(
-        sender=Mailbox("shop@sender.example", "Shop"),
-        subject=f"layang {n}",
-        to=(Mailbox(f"r{n}@rcpt.example"),),
-        text=TEXT,
-        html=HTML,
-        date_ms=1_700_000_000_000,
-    )
-
-
-def raw_rate(port: int, count: int) -> float:
-    messages = [compose_message(message(n), f"<raw{n}@sender.example>") for n in range(count)]
-    started = time.perf_counter()
-    with smtplib.SMTP("127.0.0.1", port, local_hostname="bench.local") as smtp:
-        for n, data in enumerate(messages):
-            smtp.sendmail("shop@sender.example", [f"r{n}@rcpt.example"], data)
-    return count / (time.perf_counter() - started)
-
-
-def fill(config: Config, count: int, suppressed: int = 0) -> None:
-    """Queue ``count`` messages through the domain's intake, in one transaction, after listing
-    ``suppressed`` other addresses as suppressed."""
-    from layang.db import insert_rows, new_id
-    from layang.domain import accounts
-    from layang.domain.intake import TransmissionRequest, accept_transmission
-    from layang.models import Suppression
-
-    account = accounts.create_account(f"bench{time.monotonic_ns()}", live=True)
-    fields = ("id", "account", "email", "email_key", "reason", "detail", "note", "created_at")
-    with database.atomic():
-        for start in range(0, suppressed, 500):
-            rows = [
-                (
-                    new_id(),
-                    account.id,
-                    f"s{n}@gone.example",
-                    f"s{n}@gone.example",
-                    "manual",
-                    "",
-                    "",
-                    0,
-                )
-                for n in range(start, min(start + 500, suppressed))
-            ]
-            insert_rows(Suppression, fields, rows)
-        for n in range(count):
-            accept_transmission(account, TransmissionRequest(message(n)), config)
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu() -> float:
-    """CPU seconds the whole machine has been busy (all cores, not idle or waiting)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]
-    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def delivered_so_far(metrics_port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as r:
-            match = _DELIVERED.search(r.read().decode())
-    except OSError:
-        return 0
-    return int(float(match.group(1))) if match else 0
 
 
 def worker_run(env: dict[str, str], count: int, sink_pid: int) -> dict[str, object]:
@@ -227,17 +100,6 @@ def per_thousand(samples: list[tuple[float, int]]) -> list[float]:
             rates.append(1000 / max(when - mark_time, 1e-9))
             mark, mark_time = mark + 1000, when
     return rates
-
-
-def reset(database_url: str, data_dir: Path) -> None:
-    if database_url.startswith("postgres"):
-        database.execute_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-    else:
-        database.close()
-        for path in data_dir.glob("layang.db*"):
-            path.unlink()
-        open_database(database_url)
-        upgrade()
 
 
 def main() -> None:

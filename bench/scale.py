@@ -29,7 +29,9 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.relay import fill, free_port, machine_cpu, raw_rate, start_any_sink  # noqa: E402
+from bench.support.machine import free_port, machine_cpu  # noqa: E402
+from bench.support.queue import fill  # noqa: E402
+from bench.support.sinks import raw_rate, start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, open_database  # noqa: E402
 from layang.migrations import upgrade  # noqa: E402

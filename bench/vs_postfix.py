@@ -53,7 +53,6 @@ import secrets
 import shutil
 import signal
 import smtplib
-import socket
 import statistics
 import subprocess
 import sys
@@ -75,8 +74,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
-HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
+from bench.support.machine import free_port, wait_port  # noqa: E402
+from bench.support.queue import HTML, TEXT  # noqa: E402
+
 SENDER = "shop@sender.example"
 SBIN = "/usr/sbin"
 SMTP_SINK_SESSIONS = 4096
@@ -418,23 +418,6 @@ class PostfixSink(Sink):
 
 
 # --- Postfix -----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on port {port}")
 
 
 def ensure_postfix() -> None:

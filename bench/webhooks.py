@@ -36,13 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.relay import (  # noqa: E402
-    delivered_so_far,
-    free_port,
-    message,
-    reset,
-    start_any_sink,
-)
+from bench.support.machine import free_port  # noqa: E402
+from bench.support.queue import delivered_so_far, message, reset  # noqa: E402
+from bench.support.sinks import start_any_sink  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, is_postgresql, open_database  # noqa: E402
 from layang.domain import accounts, webhooks  # noqa: E402

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.vs_postfix import Sink, free_port
+from bench.support.machine import free_port
+from bench.vs_postfix import Sink
 
 LATENCY = 0.3
 
