@@ -285,7 +285,11 @@ def test_a_data_dir_that_cannot_hold_the_secret_key_is_named(tmp_path):
 def test_the_checked_port_stays_held_until_the_server_takes_it(tmp_path):
     """No window between check and start: the bound socket is the one served."""
     port = free_port()
-    config = Config(secret_key="k", data_dir=tmp_path, http_bind=f"127.0.0.1:{port}")
+    config = Config(
+        secret_key="a-secret-key-of-more-than-32-characters",
+        data_dir=tmp_path,
+        http_bind=f"127.0.0.1:{port}",
+    )
     listeners = check(config, Needs(None, listeners=(HTTP,)))
     try:
         assert not port_is_free(port)
@@ -315,3 +319,20 @@ def test_a_postgresql_database_without_layang_is_not_migrated_by_a_read(tmp_path
         assert tables == []
     finally:
         query(ADMIN_URL, f'DROP DATABASE "{name}"')
+
+
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("short-but-not-empty", "19 characters is too short"),
+        ("paste-the-key-from-the-command-above", "placeholder"),
+        ("CHANGE_ME", "placeholder"),
+        ("x" * 40, "placeholder"),
+    ],
+)
+@pytest.mark.parametrize("command", [["run"], ["db", "upgrade"], ["worker"]])
+def test_a_guessable_secret_key_stops_every_command(tmp_path, key, fragment, command):
+    http, smtp = free_port(), free_port()
+    result = layang(command, tmp_path, LAYANG_SECRET_KEY=key, **binds(http=http, smtp=smtp))
+    assert_stopped_by(result, "LAYANG_SECRET_KEY", fragment, "secrets.token_urlsafe", free=(http,))
+    assert not (tmp_path / "data").exists()

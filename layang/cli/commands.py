@@ -115,7 +115,7 @@ DELIVERY = (
     "source_pools",  # the source addresses of each stream
 )
 # Checked by every command before it starts (layang.serving.preflight).
-EVERY_COMMAND = ("shaping_file",)
+EVERY_COMMAND = ("shaping_file", "secret_key")
 INBOUND_SETTINGS = (
     "inbound_bind",
     "bounce_domain",
@@ -141,6 +141,8 @@ class Uses:
 
     def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
         self.needs = needs
+        # Only a command that signs or seals something keeps a generated key in the data dir.
+        self.keeps_secret = any("secret_key" in part for part in parts)
         self.settings = tuple(
             dict.fromkeys(name for part in (*parts, EVERY_COMMAND) for name in part)
         )
@@ -189,7 +191,7 @@ def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
         listeners = _check(config, replace(needs, database=None))
     except PreflightError as error:
         fail(str(error))
-    if "secret_key" in uses.settings:
+    if uses.keeps_secret:
         config = load_config()  # checked: now the secret key may be stored in the data dir
     if service:
         configure_logging(config)

@@ -112,6 +112,7 @@ def check(config: Config, needs: Needs) -> Listeners:
         check_sources(config)
     if needs.smtp_tls:
         check_smtp_tls(config)
+    check_secret_key(config.secret_key)
     check_shaping(config.shaping_file)
     listeners = Listeners()
     try:
@@ -141,6 +142,42 @@ def check_sources(config: Config) -> None:
                 f"{source.address} is not an address of this host ({error.strerror}); "
                 "list only addresses assigned to it",
             ) from None
+
+
+SECRET_KEY_MIN_LENGTH = 32
+"""The shortest ``LAYANG_SECRET_KEY`` accepted: 32 characters of ``secrets.token_urlsafe`` carry
+192 bits."""
+
+# Values people paste from examples instead of a key of their own (docs/deploy.md shows the
+# first), compared without case and punctuation.
+KNOWN_PLACEHOLDERS = frozenset(
+    {
+        "pastethekeyfromthecommandabove",
+        "changeme",
+        "replaceme",
+        "secret",
+        "secretkey",
+        "yoursecretkey",
+        "layangsecretkey",
+        "putyoursecretkeyhere",
+    }
+)
+
+
+def check_secret_key(key: str) -> None:
+    """Refuse a secret key anyone could guess: shorter than ``SECRET_KEY_MIN_LENGTH``
+    characters, a known placeholder, or one character repeated. Every token and session it signs,
+    and every DKIM key it encrypts, is only as safe as this key."""
+    how = 'make one with: python3 -c "import secrets; print(secrets.token_urlsafe(48))"'
+    folded = "".join(c for c in key.lower() if c.isalnum())
+    if folded in KNOWN_PLACEHOLDERS or len(set(folded)) <= 1:
+        raise PreflightError("LAYANG_SECRET_KEY", f"that is an example's placeholder; {how}")
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        raise PreflightError(
+            "LAYANG_SECRET_KEY",
+            f"{len(key)} characters is too short to keep tokens, sessions and DKIM keys safe "
+            f"(at least {SECRET_KEY_MIN_LENGTH}); {how}",
+        )
 
 
 def check_shaping(path: str) -> None:
