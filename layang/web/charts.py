@@ -29,15 +29,24 @@ WIDTH, HEIGHT = 960, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
 
 
-def _nice_ceiling(value: int) -> int:
-    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (at least 4)."""
-    if value <= 4:
-        return 4
-    power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        if value <= step * power:
-            return step * power
-    return 10 * power  # pragma: no cover
+def axis_ticks(largest: int, most: int = 5) -> tuple[int, ...]:
+    """The y-axis of a chart of counts whose tallest value is ``largest``: ticks from 0, evenly
+    spaced by 1, 2 or 5 x 10^n, the fewest steps (at most ``most``) that reach ``largest``.
+
+    ``axis_ticks(3)`` is (0, 1, 2, 3), ``axis_ticks(7)`` (0, 2, 4, 6, 8), ``axis_ticks(0)``
+    (0, 1). Counts are whole, so no step is below 1. Raises ``ValueError`` for a negative
+    ``largest`` or ``most`` below 1.
+    """
+    if largest < 0 or most < 1:
+        raise ValueError(f"axis_ticks: largest {largest} and most {most} must be 0+ and 1+")
+    power = 1
+    while True:
+        for factor in (1, 2, 5):
+            step = factor * power
+            if largest <= step * most:
+                count = max(1, math.ceil(largest / step))
+                return tuple(step * i for i in range(count + 1))
+        power *= 10
 
 
 def point_label(chart: Chart, start: int) -> str:
@@ -49,19 +58,20 @@ def point_label(chart: Chart, start: int) -> str:
     return moment.strftime("%H:%M")
 
 
-def _frame(chart: Chart, top: int, title: str, description: str) -> list[str]:
+def _frame(chart: Chart, ticks: tuple[int, ...], title: str, description: str) -> list[str]:
     plot_h = HEIGHT - TOP - BOTTOM
+    top = ticks[-1]
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
         f'aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title><desc>{escape(description)}</desc>",
     ]
-    for i in range(5):
-        y = TOP + plot_h - plot_h * i / 4
+    for tick in ticks:
+        y = TOP + plot_h - plot_h * tick / top
         parts.append(
             f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
             f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{top * i // 4:,}</text>"
+            f"{tick:,}</text>"
         )
     points = len(chart.starts)
     every = max(1, math.ceil(points / 8))
@@ -91,8 +101,9 @@ def describe(chart: Chart) -> str:
 
 def line_chart(chart: Chart, title: str) -> Markup:
     """One line per series, a point per step; hovering a point names its figure."""
-    top = _nice_ceiling(max((max(s.values, default=0) for s in chart.series), default=0))
-    parts = _frame(chart, top, title, describe(chart))
+    ticks = axis_ticks(max((max(s.values, default=0) for s in chart.series), default=0))
+    top = ticks[-1]
+    parts = _frame(chart, ticks, title, describe(chart))
     points = len(chart.starts)
     for series in chart.series:
         colour = COLOURS.get(series.key, "#44506a")
@@ -119,8 +130,9 @@ def stacked_bars(chart: Chart, title: str) -> Markup:
     """One bar per step, its series stacked."""
     columns = zip(*(s.values for s in chart.series), strict=True)
     tallest = max((sum(column) for column in columns), default=0)
-    top = _nice_ceiling(tallest)
-    parts = _frame(chart, top, title, describe(chart))
+    ticks = axis_ticks(tallest)
+    top = ticks[-1]
+    parts = _frame(chart, ticks, title, describe(chart))
     points = len(chart.starts)
     width = (WIDTH - LEFT - RIGHT) / points * 0.7
     base = [0] * points
