@@ -38,8 +38,11 @@ def overview_page(account: Account) -> Any:
         of=of,
         narrowed=narrowed,
         activity=activity,
-        activity_chart=charts.line_chart(activity.chart, f"Activity{of}"),
-        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}"),
+        # Each chart twice: for wide screens and drawn for phones; CSS shows one.
+        activity_chart=charts.line_chart(activity.chart, f"Activity{of}")
+        + charts.line_chart(activity.chart, f"Activity{of}", charts.NARROW),
+        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}")
+        + charts.stacked_bars(activity.bounces, f"Bounces by class{of}", charts.NARROW),
         domains=activity.domains,
         waiting=overview.waiting_by_destination(account, stream=stream),
         notices=overview.needs_attention(account, current_app.config["LAYANG"]),
