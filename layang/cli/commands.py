@@ -36,6 +36,7 @@ from layang.serving.preflight import (
     PreflightError,
     check,
     database_location,
+    ehlo_warnings,
 )
 
 CONFIG_ERROR_STATUS = 2
@@ -205,6 +206,13 @@ def _check(config: Config, needs: Needs) -> Listeners:
         fail(str(error))
 
 
+def warn_about_ehlo(config: Config) -> None:
+    """Say on stderr, before anything is sent, that direct to MX would greet receivers with a
+    name they refuse (``layang.serving.preflight.ehlo_warnings``)."""
+    for line in ehlo_warnings(config):
+        click.echo(line, err=True)
+
+
 def open_db(config: Config, mode: str = CREATE) -> None:
     """Open the database with its schema up to date, upgrading it if needed. With
     ``EXISTING``, a database without Layang's schema stops the command instead."""
@@ -260,6 +268,7 @@ def run() -> None:
     from layang.serving.processes import on_stop_signal, run_all
 
     config, listeners = prepare(service=True)
+    warn_about_ehlo(config)
     open_db(config)
     if not Account.select().exists():
         account = accounts.create_account("default", live=True)
@@ -311,6 +320,7 @@ def worker(processes: int | None) -> None:
     )
 
     config, listeners = prepare(service=True)
+    warn_about_ehlo(config)
     index, children = fork_workers(processes or os.cpu_count() or 1)
     metrics = listeners.take(WORKER_METRICS)
     if index and metrics is not None:

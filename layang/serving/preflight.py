@@ -351,6 +351,11 @@ def check_postgresql(url: str) -> None:
 
 def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
     """The relay URL is well formed, its cafile loads, and a capture directory is writable."""
+    if url.strip() != "mx:" and url.strip().lower().rstrip(":/") == "mx":
+        # "mx", "MX:" or "mx://": direct to MX was meant, and is spelt exactly "mx:".
+        raise PreflightError(
+            variable, f"{url!r} is not a relay URL; for direct to MX write mx: (with its colon)"
+        )
     if url.startswith("mx:"):
         if url.strip() != "mx:":
             raise PreflightError(variable, "mx: takes nothing after the colon (direct to MX)")
@@ -362,6 +367,33 @@ def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
     if isinstance(relay, CaptureRelay):
         check_writable_dir(variable, relay.directory)
     relay.close()
+
+
+def ehlo_warnings(config: Config) -> list[str]:
+    """Lines warning that direct to MX would greet receivers with ``localhost`` or a name that
+    is not fully qualified, which many refuse or junk (docs/deploy.md, "Direct to MX"); empty
+    when the relay is not ``mx:`` or every name is a full one. Never raises: the command still
+    starts."""
+    if config.relay_url.strip() != "mx:":
+        return []
+    if config.source_addresses:
+        greetings = [
+            (source.ehlo_name, f"LAYANG_SOURCE_ADDRESSES ({source.address})")
+            for source in config.sources
+        ]
+    else:
+        greetings = [(config.helo_name, "LAYANG_EHLO_NAME" if config.ehlo_name else "")]
+    lines = []
+    for name, origin in dict.fromkeys(greetings):
+        if "." in name.strip(".") and not name.startswith("localhost"):
+            continue
+        source = f"from {origin}" if origin else "this host's name, as the system gives it"
+        lines.append(
+            f"warning: direct to MX will say EHLO {name} ({source}), which is not a fully "
+            "qualified name: receivers refuse or junk such mail. Set LAYANG_EHLO_NAME (or "
+            "LAYANG_SOURCE_ADDRESSES=ip=name) to the name the source address's PTR record gives"
+        )
+    return lines
 
 
 def check_smtp_tls(config: Config) -> None:
