@@ -646,10 +646,14 @@ def queue_group(context: click.Context, as_json: bool) -> None:
 @queue_group.command("suspend")
 @click.argument("site")
 @click.option("--for", "duration", type=Duration(), help="e.g. 30m, 2h (default: until resumed)")
-def queue_suspend(site: str, duration: float | None) -> None:
+@click.option(
+    "--force", is_flag=True, help="Suspend SITE even though no mail has gone to or waited for it."
+)
+def queue_suspend(site: str, duration: float | None, force: bool) -> None:
     """Stop new sessions to SITE (or to the site of a recipient domain) for a while or until
-    resumed; prints the site."""
-    from layang.cli.queue import site_json
+    resumed; prints the site. A site or domain Layang has never seen is refused (a typo would
+    suspend nothing) unless --force."""
+    from layang.cli.queue import known_site, site_json
     from layang.clock import now_ms
     from layang.delivery import sites
     from layang.domain.queue_view import site_named, site_queues
@@ -657,6 +661,13 @@ def queue_suspend(site: str, duration: float | None) -> None:
     config, _ = prepare()
     open_db(config, EXISTING)
     name = site_named(site)
+    if not force and not known_site(site, name):
+        fail(
+            f"No site or recipient domain named {site!r} has been seen in "
+            f"{database_location(config.database_url)}: `layang queue` lists the sites. "
+            "Check the name, or add --force to suspend it anyway.",
+            1,
+        )
     until = None if duration is None else now_ms() + int(duration * 1000)
     sites.suspend(name, until, "suspended by the operator")
     emit(next(site_json(row) for row in site_queues() if row.site == name))
