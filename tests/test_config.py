@@ -581,3 +581,68 @@ def test_every_documented_command_starts_with_the_documented_env_file(tmp_path):
             process.terminate()
             _, errors = process.communicate(timeout=120)
         assert up, (args, process.returncode, errors)
+
+
+def test_the_direct_to_mx_recipe_delivers_as_written(tmp_path):
+    """docs/deploy.md, "Trying it on one machine": the two shells' commands, run as written but
+    for the ports (free ones here) and the pip install (done by the test set-up)."""
+    import signal
+    import time
+
+    from tests.delivery.test_crash import free_port
+
+    text = DEPLOY.read_text()
+    section = text[text.index("**Trying it on one machine.**") :]
+    first, second = re.findall(r"```sh\n(.*?)```", section, re.S)[:2]
+    dns, mx, http = free_port(), free_port(), free_port()
+    ports = {"5300": str(dns), "2500": str(mx)}
+    for documented, ours in ports.items():
+        first = re.sub(rf"\b{documented}\b", ours, first)
+    first = first.replace(".venv/bin/pip install dnslib", ":")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env |= {
+        "PYTHONUNBUFFERED": "1",
+        "LAYANG_HTTP_BIND": f"127.0.0.1:{http}",
+        "LAYANG_SMTP_BIND": f"127.0.0.1:{free_port()}",
+        "LAYANG_INBOUND_BIND": f"127.0.0.1:{free_port()}",
+    }
+    log = tmp_path / "first-shell.log"
+    with log.open("w") as out:
+        shell = subprocess.Popen(
+            ["bash", "-c", first],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "Console: " not in log.read_text() and time.monotonic() < deadline:
+            assert shell.poll() is None, log.read_text()
+            time.sleep(0.2)
+        key = re.search(r"export LAYANG_API_KEY=(\S+)", log.read_text())[1]
+        second = second.replace("lyg_…", key).replace(
+            "http://127.0.0.1:8000", f"http://127.0.0.1:{http}"
+        )
+        sent = subprocess.run(["bash", "-c", second], capture_output=True, text=True, timeout=30)
+        assert sent.stdout.startswith('{"transmissionId"'), sent
+        activity = "\n".join([second.splitlines()[0], second.splitlines()[-1]])
+        while time.monotonic() < deadline:
+            listed = subprocess.run(["bash", "-c", activity], capture_output=True, text=True)
+            item = json.loads(listed.stdout)["items"][0]
+            if item["status"] == "Delivery":
+                break
+            time.sleep(0.3)
+        assert item["status"] == "Delivery", (item, log.read_text()[-3000:])
+        delivery = next(e["detail"] for e in item["events"] if e["status"] == "Delivery")
+        assert (item["status"], delivery["reply"], delivery["host"]) == (
+            "Delivery",
+            "250 OK",
+            "mx.example.test",
+        ), item
+        assert "Subject: Hello" in log.read_text() and "Hi Ana!" in log.read_text()
+    finally:
+        os.killpg(shell.pid, signal.SIGTERM)
+        shell.wait(timeout=60)
