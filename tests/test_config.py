@@ -22,7 +22,7 @@ from tests.tls_pki import LocalCA
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The defaults README.md and CONTRACT.md document.
+# The defaults docs/configuration.md documents.
 DOCUMENTED = {
     "data_dir": Path("var"),
     "database_url": "sqlite:///var/layang.db",

@@ -567,7 +567,7 @@ def domains_verify(name: str, domain: str) -> None:
 
 
 class domain_errors:
-    """Print a domain error as the contract's error body on stderr and exit 1."""
+    """Print a domain error as the API's error body (docs/api.md, "Errors") on stderr and exit 1."""
 
     def __enter__(self) -> None:
         return None
@@ -616,7 +616,7 @@ def tlsrpt_send(day: str | None) -> None:
 main.add_command(Uses(Needs(None), ("http_bind",))(send_command))
 
 
-# -- the delivery queue (contract 13) ------------------------------------------------------------
+# -- the delivery queue (docs/delivery.md, "The queue, visible and steerable") ---------------------
 
 
 @Uses(Needs(EXISTING), STORE)

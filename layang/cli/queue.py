@@ -30,7 +30,8 @@ class Duration(click.ParamType):
 
 
 def site_json(row: SiteQueue) -> dict[str, Any]:
-    """One site as ``layang queue --json`` prints it (contract 13)."""
+    """One site as ``layang queue --json`` prints it (docs/delivery.md, "The queue, visible
+    and steerable")."""
     return {
         "site": row.site,
         "domains": list(row.domains),

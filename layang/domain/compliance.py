@@ -1,5 +1,6 @@
-"""The sender requirements check (contract 17): the rules Gmail, Yahoo and Microsoft set for bulk
-senders since 2024, each checked for one sending domain against DNS and Layang's own figures.
+"""The sender requirements check (docs/api.md, "Sender requirements"): the rules Gmail, Yahoo
+and Microsoft set for bulk senders since 2024, each checked for one sending domain against DNS
+and Layang's own figures.
 
 Rule ids: ``spf`` and ``dkim`` (aligned with the From domain), ``dmarc`` (published),
 ``ptr`` (forward-confirmed reverse DNS for every source address), ``tls`` (to the provider's

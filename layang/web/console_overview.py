@@ -1,5 +1,5 @@
-"""The console's landing page: the overview of the account's mail (contract 16), of all of it
-or of one stream (contract 17)."""
+"""The console's landing page: the overview of the account's mail (docs/api.md, "The
+overview"), of all of it or of one stream (docs/api.md, "Streams and the circuit breaker")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""GET /v1/layang/domains/{domain}/compliance (contract 17): the large providers' bulk-sender
-rules checked against a real DNS server (dnslib) and Layang's own figures, each rule passing
-and each failing."""
+"""GET /v1/layang/domains/{domain}/compliance (docs/api.md, "Sender requirements"): the large
+providers' bulk-sender rules checked against a real DNS server (dnslib) and Layang's own
+figures, each rule passing and each failing."""
 
 from __future__ import annotations
 
