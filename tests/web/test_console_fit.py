@@ -44,6 +44,8 @@ PAGES = [
     ("recipients", "/console/recipients"),
     ("templates", "/console/templates"),
     ("template", "/console/templates/shipped"),
+    ("template-edit", "/console/templates/shipped/edit"),
+    ("template-delete", "/console/templates/shipped/delete"),
     ("new-template", "/console/new-template"),
     ("domains", "/console/domains"),
     ("suppressions", "/console/suppressions"),
@@ -274,10 +276,11 @@ def test_activity_reads_at_a_glance_at_1280(signed_in_page):
 
 def test_the_login_page_fits(app, browser, live_server):
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    for width in (1280, 390):
+    for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 800})
         page.goto(live_server + "/console/login")
         assert overflow(page) == [], width
+        assert page.evaluate(_MEASURE_JS, width) == [], width
         screenshot(page, f"page-login-{width}")
     page.close()
 
