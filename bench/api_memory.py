@@ -100,7 +100,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
         env.update(
             LAYANG_DATA_DIR=directory,
-            LAYANG_SECRET_KEY="bench",
+            LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
             LAYANG_HTTP_BIND=f"127.0.0.1:{port}",
             LAYANG_HTTP_WORKERS="1",
             LAYANG_HTTP_THREADS=str(args.threads),

@@ -107,7 +107,7 @@ def main() -> None:
     env = {
         "LAYANG_DATA_DIR": str(tmp),
         "LAYANG_RELAY_URL": f"smtp://127.0.0.1:{port}?tls=off",
-        "LAYANG_SECRET_KEY": "bench",
+        "LAYANG_SECRET_KEY": "bench-secret-key-never-used-in-production",
         "LAYANG_LOG_LEVEL": "WARNING",
     }
     if args.database_url:

@@ -95,7 +95,7 @@ def main() -> None:
     env.update(
         LAYANG_DATA_DIR=str(tmp),
         LAYANG_LOG_LEVEL="WARNING",
-        LAYANG_SECRET_KEY="bench",
+        LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
         LAYANG_HTTP_WORKERS=str(args.workers),
         PYTHONPATH=str(ROOT),
     )

@@ -83,7 +83,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
         env.update(
             LAYANG_DATA_DIR=directory,
-            LAYANG_SECRET_KEY="bench",
+            LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
             LAYANG_INBOUND_BIND=f"127.0.0.1:{port}",
             LAYANG_LOG_LEVEL="WARNING",
             PYTHONPATH=str(args.code.resolve()),

@@ -118,7 +118,7 @@ def main() -> None:
         LAYANG_DATA_DIR=str(tmp),
         LAYANG_RELAY_URL=f"smtp://127.0.0.1:{port}?tls=off",
         LAYANG_LOG_LEVEL="WARNING",
-        LAYANG_SECRET_KEY="bench",
+        LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
     )
     if args.database_url:
         env["LAYANG_DATABASE_URL"] = args.database_url

@@ -128,7 +128,7 @@ def main() -> None:
         LAYANG_DATABASE_URL=database_url,
         LAYANG_RELAY_URL=f"smtp://127.0.0.1:{port}?tls=off",
         LAYANG_LOG_LEVEL="INFO",
-        LAYANG_SECRET_KEY="bench",
+        LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
         LAYANG_WORKER_POLL_SECONDS="0.05",
     )
     config = Config.from_env(env, dotenv=False)

@@ -640,7 +640,7 @@ class Layang:
             LAYANG_DATA_DIR=str(base),
             LAYANG_DATABASE_URL=with_database(admin_url, self.name),
             LAYANG_LOG_LEVEL="WARNING",
-            LAYANG_SECRET_KEY="bench",
+            LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
         )
         self.env = env
         from layang.config import Config

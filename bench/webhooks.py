@@ -186,7 +186,7 @@ def main() -> None:
         LAYANG_DATA_DIR=str(tmp),
         LAYANG_RELAY_URL=f"smtp://127.0.0.1:{sink_port}?tls=off",
         LAYANG_LOG_LEVEL="WARNING",
-        LAYANG_SECRET_KEY="bench",
+        LAYANG_SECRET_KEY="bench-secret-key-never-used-in-production",
         LAYANG_WEBHOOK_ALLOW_PRIVATE="true",
     )
     if args.database_url:

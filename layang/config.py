@@ -392,9 +392,10 @@ class Config:
         default=(5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
     )
     webhook_allow_private: bool = _setting("LAYANG_WEBHOOK_ALLOW_PRIVATE", _boolean, default=False)
-    # Direct to MX (contract 13): shaping rules, the MX port (25; tests use another), and the
-    # adaptive throttle's pause: it starts at throttle_start_seconds, doubles while a site keeps
-    # saying "slow down" (or keeps refusing connections), and stops growing at the cap.
+    # Direct to MX (docs/delivery.md, "Direct to MX"): shaping rules, the MX port (25; tests use
+    # another), and the adaptive throttle's pause: it starts at throttle_start_seconds, doubles
+    # while a site keeps saying "slow down" (or keeps refusing connections), and stops growing
+    # at the cap.
     shaping_file: str = _setting("LAYANG_SHAPING_FILE", shown="unset (built-in rules)", default="")
     mx_port: int = _setting("LAYANG_MX_PORT", _integer, default=25)
     source_addresses: tuple[tuple[str, str], ...] = _setting(
@@ -416,7 +417,7 @@ class Config:
     tlsrpt_from: str = _setting(
         "LAYANG_TLSRPT_FROM", _address, shown="tls-reports@<LAYANG_BOUNCE_DOMAIN>", default=""
     )
-    # Deliverability guardrails (contract 17).
+    # Deliverability guardrails (docs/api.md, "Streams and the circuit breaker").
     source_pools: SourcePools = _setting(  # noqa: RUF009
         "LAYANG_SOURCE_POOLS", parse_source_pools, shown="unset (every stream: any)", default=()
     )

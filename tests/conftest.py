@@ -54,7 +54,7 @@ def config(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Conf
         database_url=database_url,
         relay_url=f"capture:{tmp_path / 'outbox'}",
         public_url="http://127.0.0.1:8000",
-        secret_key="test-secret-key",
+        secret_key="test-secret-key-for-the-layang-test-suite",
         retry_base_seconds=0.05,
         lease_seconds=5,
         worker_poll_seconds=0.05,

@@ -419,3 +419,40 @@ def test_the_readmes_ports_taken_line_moves_every_port_run_opens():
     }
     assert opened == {"LAYANG_HTTP_BIND", "LAYANG_SMTP_BIND", "LAYANG_INBOUND_BIND"}
     assert moved == opened
+
+
+def test_queue_suspend_refuses_a_site_never_seen_unless_forced(layang, client, auth):
+    from layang.clock import now_ms
+    from layang.destinations.mx import remember_sites
+    from layang.models import SiteState
+
+    layang("db", "upgrade")
+    response = client.post(
+        "/v1/layang/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "shop@acme.test"},
+            "subject": "Hello",
+            "to": [{"email": "ana@gmail.example"}, {"email": "bo@waiting.example"}],
+            "bodyText": "hi",
+        },
+    )
+    assert response.status_code == 200
+    remember_sites([("gmail.example", "google.com", now_ms() + 3_600_000)])
+
+    typo = layang("queue", "suspend", "gmial.example", ok=False)
+    assert typo.exit_code == 1
+    assert typo.stderr.startswith("No site or recipient domain named 'gmial.example' has been seen")
+    assert "--force" in typo.stderr and typo.stdout == ""
+    assert SiteState.get_or_none(SiteState.site == "gmial.example") is None
+
+    # A recipient domain, the site it resolved to, a domain not resolved yet: all known.
+    for name, site in [
+        ("gmail.example", "google.com"),
+        ("google.com", "google.com"),
+        ("waiting.example", "waiting.example"),
+    ]:
+        suspended = json.loads(layang("queue", "suspend", name).stdout)
+        assert (suspended["site"], suspended["state"]) == (site, "suspended")
+    forced = json.loads(layang("queue", "suspend", "new-site.example", "--force").stdout)
+    assert (forced["site"], forced["state"]) == ("new-site.example", "suspended")

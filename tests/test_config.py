@@ -3,6 +3,7 @@ resolved once, when the configuration is built."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -21,7 +22,7 @@ from tests.support.tls_pki import LocalCA
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The defaults README.md and CONTRACT.md document.
+# The defaults docs/configuration.md documents.
 DOCUMENTED = {
     "data_dir": Path("var"),
     "database_url": "sqlite:///var/layang.db",
@@ -305,3 +306,343 @@ def test_a_bad_source_pool_stops_a_command_with_one_line(empty_dir):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("LAYANG_SOURCE_POOLS: 192.0.2.9 (broadcast) is not one of")
+
+
+# -- the env file of docs/deploy.md, read as systemd reads it ------------------------------------
+
+DEPLOY = ROOT / "docs" / "deploy.md"
+
+
+def fenced_blocks(text: str) -> list[str]:
+    return re.findall(r"^```\w*\n(.*?)^```$", text, re.S | re.M)
+
+
+def documented_block(test) -> str:
+    blocks = [block for block in fenced_blocks(DEPLOY.read_text()) if test(block)]
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def documented_env_file() -> str:
+    return documented_block(lambda b: "LAYANG_DATA_DIR=" in b and "LAYANG_SECRET_KEY=" in b)
+
+
+def systemd_environment_file(text: str) -> dict[str, str]:
+    """The variables systemd's ``EnvironmentFile=`` sets from ``text``: the state machine of its
+    ``parse_env_file_internal`` (src/basic/env-file.c), then its rule that a variable name is
+    letters, digits and underscores, not starting with a digit. Comments are whole lines (``#``
+    or ``;`` first); after the ``=`` everything is the value, a backslash escapes the next
+    character (and joins a line to the next), quotes work as in the shell, leading and trailing
+    whitespace outside quotes is dropped."""
+    whitespace, newline = " \t\n\r", "\n\r"
+    result: dict[str, str] = {}
+    state, key, value, key_ws, value_ws = "pre_key", "", "", None, None
+
+    def push() -> None:
+        name = key if key_ws is None else key[:key_ws]
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            result[name] = value
+
+    for c in text:
+        if state == "pre_key":
+            if c in "#;":
+                state = "comment"
+            elif c not in whitespace:
+                state, key, key_ws = "key", c, None
+        elif state == "key":
+            if c in newline:
+                state, key = "pre_key", ""
+            elif c == "=":
+                state, value, value_ws = "pre_value", "", None
+            else:
+                if c not in whitespace:
+                    key_ws = None
+                elif key_ws is None:
+                    key_ws = len(key)
+                key += c
+        elif state == "pre_value":
+            if c in newline:
+                push()
+                state, key = "pre_key", ""
+            elif c == "'":
+                state = "single"
+            elif c == '"':
+                state = "double"
+            elif c == "\\":
+                state = "value_escape"
+            elif c not in whitespace:
+                state, value = "value", value + c
+        elif state == "value":
+            if c in newline:
+                value = value if value_ws is None else value[:value_ws]
+                push()
+                state, key = "pre_key", ""
+            elif c == "\\":
+                state, value_ws = "value_escape", None
+            else:
+                if c not in whitespace:
+                    value_ws = None
+                elif value_ws is None:
+                    value_ws = len(value)
+                value += c
+        elif state == "value_escape":
+            state = "value"
+            if c not in newline:
+                value += c
+        elif state == "single":
+            if c == "'":
+                state = "pre_value"
+            else:
+                value += c
+        elif state == "double":
+            if c == '"':
+                state = "pre_value"
+            elif c == "\\":
+                state = "double_escape"
+            else:
+                value += c
+        elif state == "double_escape":
+            state = "double"
+            if c in '"\\`$':
+                value += c
+            elif c != "\n":
+                value += "\\" + c
+        elif state == "comment":
+            if c == "\\":
+                state = "comment_escape"
+            elif c in newline:
+                state = "pre_key"
+        elif state == "comment_escape":
+            state = "pre_key" if c in newline else "comment"
+    if state in ("pre_value", "value", "value_escape", "single", "double", "double_escape"):
+        if state == "value" and value_ws is not None:
+            value = value[:value_ws]
+        push()
+    return result
+
+
+def test_the_systemd_reader_follows_systemds_rules():
+    parsed = systemd_environment_file(
+        '# a comment\n ; another\nA=1 # kept\nB = \' two \'  \nC="x\\"y\\$\\n"\nD=a\\\nb\n'
+        "not an assignment\n9X=dropped\nE=\n  F=last"
+    )
+    assert parsed == {
+        "A": "1 # kept",
+        "B": " two ",
+        "C": 'x"y$\\n',
+        "D": "ab",
+        "E": "",
+        "F": "last",
+    }
+
+
+def shell_environment_file(path: Path) -> dict[str, str]:
+    """The LAYANG_ variables ``sh`` exports from the file, as ``set -a; . FILE`` does."""
+    listed = subprocess.run(
+        ["sh", "-c", 'set -a; . "$1"; env -0', "sh", str(path)],
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    pairs = (item.partition("=") for item in listed.split("\0") if item)
+    return {name: value for name, _, value in pairs if name.startswith("LAYANG_")}
+
+
+def test_the_documented_env_file_means_the_same_to_systemd_and_the_shell(tmp_path):
+    text = documented_env_file()
+    by_systemd = systemd_environment_file(text)
+    assert by_systemd, text
+    for name, value in by_systemd.items():
+        # Every documented value is one word: a space means a comment or a note was kept.
+        assert "#" not in value and not re.search(r"\s", value), (name, value)
+    assert by_systemd["LAYANG_INBOUND_HOST"] == "mx.example.com"
+    assert by_systemd["LAYANG_REQUIRE_VERIFIED_DOMAIN"] == "true"
+    (tmp_path / "layang.env").write_text(text)
+    assert shell_environment_file(tmp_path / "layang.env") == by_systemd
+
+
+def documented_units() -> list[tuple[list[str], dict[str, str]]]:
+    """(ExecStart arguments after the program, Environment= settings) of each documented unit,
+    with the instance ``%i`` as 1."""
+    units = []
+    for block in fenced_blocks(DEPLOY.read_text()):
+        if "[Service]" not in block or "EnvironmentFile=/etc/layang/layang.env" not in block:
+            continue
+        block = block.replace("%i", "1")
+        start = re.search(r"^ExecStart=(\S+)(.*)$", block, re.M)
+        assert start[1] == "/opt/layang/bin/layang", start[0]
+        settings = dict(
+            line.removeprefix("Environment=").split("=", 1)
+            for line in block.splitlines()
+            if line.startswith("Environment=")
+        )
+        units.append((start[2].split(), settings))
+    return units
+
+
+def filled_in(text: str, **values: str) -> str:
+    """The documented file with the operator's own ``values`` in place of the examples'."""
+    for name, value in values.items():
+        text, count = re.subn(rf"^{name}=.*$", f"{name}={value}", text, flags=re.M)
+        if not count:
+            text += f"{name}={value}\n"
+    return text
+
+
+def wait_until_listening(process: subprocess.Popen, port: int, timeout: float = 60) -> bool:
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def test_every_documented_command_starts_with_the_documented_env_file(tmp_path):
+    """docs/deploy.md, "PostgreSQL" and "systemd units": the env file as written, with this
+    machine's database, data directory, certificate, ports and the key made as the docs say."""
+    from tests.delivery.test_crash import free_port
+
+    documented = documented_env_file()
+    key_command = documented_block(lambda b: b.startswith('python3 -c "import secrets')).strip()
+    key = subprocess.run(key_command, shell=True, capture_output=True, text=True, check=True)
+    certfile, keyfile, _ = LocalCA(tmp_path).issue("mail.example.com")
+    ports = {name: free_port() for name in ("HTTP", "SMTP", "INBOUND", "WORKER_METRICS")}
+    ours = {
+        "LAYANG_DATABASE_URL": f"sqlite:///{tmp_path / 'layang.db'}",
+        "LAYANG_DATA_DIR": str(tmp_path / "data"),
+        "LAYANG_SMTP_TLS_CERT": str(certfile),
+        "LAYANG_SMTP_TLS_KEY": str(keyfile),
+        **{f"LAYANG_{name}_BIND": f"127.0.0.1:{port}" for name, port in ports.items()},
+        "LAYANG_HTTP_WORKERS": "1",
+    }
+    env_file = tmp_path / "layang.env"
+    admin = tmp_path / "layang-admin"
+    admin.write_text(
+        documented_block(lambda b: b.startswith("#!/bin/sh") and "layang.env" in b)
+        .replace("/etc/layang/layang.env", str(env_file))
+        .replace("/opt/layang/bin/layang", f"{sys.executable} -m layang")
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    base["PYTHONPATH"] = str(ROOT)
+
+    def by_hand(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["sh", str(admin), *args],
+            cwd=tmp_path,
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # As written, the placeholder stops every command, naming the variable.
+    env_file.write_text(filled_in(documented, **ours))
+    refused = by_hand("db", "upgrade")
+    assert refused.returncode == 2 and refused.stderr.startswith("LAYANG_SECRET_KEY: "), refused
+
+    env_file.write_text(filled_in(documented, **ours, LAYANG_SECRET_KEY=key.stdout.strip()))
+    for args in (["db", "upgrade"], ["accounts", "create", "shop", "--live"]):
+        done = by_hand(*args)
+        assert done.returncode == 0, (args, done.stderr)
+    added = by_hand("domains", "add", "shop", "example.com")
+    assert added.returncode == 0, added.stderr
+    records = {record["purpose"]: record for record in json.loads(added.stdout)["records"]}
+    assert records["return-path"]["value"] == "10 mx.example.com"
+
+    environment = systemd_environment_file(env_file.read_text())
+    units = documented_units()
+    assert sorted(args[0] for args, _ in units) == ["inbound", "serve", "smtpd", "worker"]
+    for args, settings in units:
+        listens = {"serve": "HTTP", "smtpd": "SMTP", "inbound": "INBOUND"}.get(args[0])
+        # The unit's Environment= and then the file (systemd: the file wins), our ports last.
+        env = (
+            base
+            | settings
+            | environment
+            | {f"LAYANG_{n}_BIND": ours[f"LAYANG_{n}_BIND"] for n in ports}
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "layang", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            up = wait_until_listening(process, ports[listens or "WORKER_METRICS"])
+        finally:
+            process.terminate()
+            _, errors = process.communicate(timeout=120)
+        assert up, (args, process.returncode, errors)
+
+
+def test_the_direct_to_mx_recipe_delivers_as_written(tmp_path):
+    """docs/deploy.md, "Trying it on one machine": the two shells' commands, run as written but
+    for the ports (free ones here) and the pip install (done by the test set-up)."""
+    import signal
+    import time
+
+    from tests.delivery.test_crash import free_port
+
+    text = DEPLOY.read_text()
+    section = text[text.index("**Trying it on one machine.**") :]
+    first, second = re.findall(r"```sh\n(.*?)```", section, re.S)[:2]
+    dns, mx, http = free_port(), free_port(), free_port()
+    ports = {"5300": str(dns), "2500": str(mx)}
+    for documented, ours in ports.items():
+        first = re.sub(rf"\b{documented}\b", ours, first)
+    first = first.replace(".venv/bin/pip install dnslib", ":")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env |= {
+        "PYTHONUNBUFFERED": "1",
+        "LAYANG_HTTP_BIND": f"127.0.0.1:{http}",
+        "LAYANG_SMTP_BIND": f"127.0.0.1:{free_port()}",
+        "LAYANG_INBOUND_BIND": f"127.0.0.1:{free_port()}",
+    }
+    log = tmp_path / "first-shell.log"
+    with log.open("w") as out:
+        shell = subprocess.Popen(
+            ["bash", "-c", first],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "Console: " not in log.read_text() and time.monotonic() < deadline:
+            assert shell.poll() is None, log.read_text()
+            time.sleep(0.2)
+        key = re.search(r"export LAYANG_API_KEY=(\S+)", log.read_text())[1]
+        second = second.replace("lyg_…", key).replace(
+            "http://127.0.0.1:8000", f"http://127.0.0.1:{http}"
+        )
+        sent = subprocess.run(["bash", "-c", second], capture_output=True, text=True, timeout=30)
+        assert sent.stdout.startswith('{"transmissionId"'), sent
+        activity = "\n".join([second.splitlines()[0], second.splitlines()[-1]])
+        while time.monotonic() < deadline:
+            listed = subprocess.run(["bash", "-c", activity], capture_output=True, text=True)
+            item = json.loads(listed.stdout)["items"][0]
+            if item["status"] == "Delivery":
+                break
+            time.sleep(0.3)
+        assert item["status"] == "Delivery", (item, log.read_text()[-3000:])
+        delivery = next(e["detail"] for e in item["events"] if e["status"] == "Delivery")
+        assert (item["status"], delivery["reply"], delivery["host"]) == (
+            "Delivery",
+            "250 OK",
+            "mx.example.test",
+        ), item
+        assert "Subject: Hello" in log.read_text() and "Hi Ana!" in log.read_text()
+    finally:
+        os.killpg(shell.pid, signal.SIGTERM)
+        shell.wait(timeout=60)

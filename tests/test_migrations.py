@@ -168,7 +168,7 @@ def process_env(tmp_path: Path, url: str, **extra: object) -> dict[str, str]:
         LAYANG_DATA_DIR=str(tmp_path),
         LAYANG_DATABASE_URL=url,
         LAYANG_RELAY_URL=f"capture:{tmp_path / 'outbox'}",
-        LAYANG_SECRET_KEY="test-secret-key",
+        LAYANG_SECRET_KEY="test-secret-key-for-the-layang-test-suite",
         PYTHONUNBUFFERED="1",
     )
     env.update({k: str(v) for k, v in extra.items()})

@@ -285,7 +285,11 @@ def test_a_data_dir_that_cannot_hold_the_secret_key_is_named(tmp_path):
 def test_the_checked_port_stays_held_until_the_server_takes_it(tmp_path):
     """No window between check and start: the bound socket is the one served."""
     port = free_port()
-    config = Config(secret_key="k", data_dir=tmp_path, http_bind=f"127.0.0.1:{port}")
+    config = Config(
+        secret_key="a-secret-key-of-more-than-32-characters",
+        data_dir=tmp_path,
+        http_bind=f"127.0.0.1:{port}",
+    )
     listeners = check(config, Needs(None, listeners=(HTTP,)))
     try:
         assert not port_is_free(port)
@@ -315,3 +319,89 @@ def test_a_postgresql_database_without_layang_is_not_migrated_by_a_read(tmp_path
         assert tables == []
     finally:
         query(ADMIN_URL, f'DROP DATABASE "{name}"')
+
+
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("short-but-not-empty", "19 characters is too short"),
+        ("paste-the-key-from-the-command-above", "placeholder"),
+        ("CHANGE_ME", "placeholder"),
+        ("x" * 40, "placeholder"),
+    ],
+)
+@pytest.mark.parametrize("command", [["run"], ["db", "upgrade"], ["worker"]])
+def test_a_guessable_secret_key_stops_every_command(tmp_path, key, fragment, command):
+    http, smtp = free_port(), free_port()
+    result = layang(command, tmp_path, LAYANG_SECRET_KEY=key, **binds(http=http, smtp=smtp))
+    assert_stopped_by(result, "LAYANG_SECRET_KEY", fragment, "secrets.token_urlsafe", free=(http,))
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("relay_url", ["mx", "MX:", "mx://"])
+def test_mx_without_its_colon_is_refused_with_a_hint(tmp_path, relay_url):
+    result = layang(["worker"], tmp_path, LAYANG_RELAY_URL=relay_url)
+    assert_stopped_by(result, "LAYANG_RELAY_URL", f"{relay_url!r}", "write mx: (with its colon)")
+
+
+def config_for(**values):
+    return Config(secret_key="a-secret-key-of-more-than-32-characters", **values)
+
+
+def test_an_ehlo_name_receivers_refuse_is_warned_of_only_for_direct_to_mx():
+    from layang.serving.preflight import ehlo_warnings
+
+    for name in ("localhost", "localhost.localdomain", "mailhost"):
+        warned = ehlo_warnings(config_for(relay_url="mx:", ehlo_name=name))
+        assert len(warned) == 1 and f"EHLO {name} (from LAYANG_EHLO_NAME)" in warned[0]
+    assert ehlo_warnings(config_for(relay_url="mx:", ehlo_name="mta1.example.com")) == []
+    assert ehlo_warnings(config_for(relay_url="smtp://relay:25", ehlo_name="localhost")) == []
+    sources = (("127.0.0.1", "mta1.example.com"), ("::1", ""))
+    warned = ehlo_warnings(
+        config_for(relay_url="mx:", ehlo_name="localhost", source_addresses=sources)
+    )
+    assert warned == [
+        "warning: direct to MX will say EHLO localhost (from LAYANG_SOURCE_ADDRESSES (::1)), "
+        "which is not a fully qualified name: receivers refuse or junk such mail. Set "
+        "LAYANG_EHLO_NAME (or LAYANG_SOURCE_ADDRESSES=ip=name) to the name the source "
+        "address's PTR record gives"
+    ]
+
+
+@pytest.mark.parametrize("command", [["worker", "--processes", "1"], ["run"]])
+def test_run_and_the_worker_warn_at_start_of_an_ehlo_localhost(tmp_path, command):
+    import selectors
+    import time
+
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYANG_")}
+    env |= {
+        "PYTHONPATH": str(ROOT),
+        "LAYANG_DATA_DIR": str(tmp_path / "data"),
+        "LAYANG_RELAY_URL": "mx:",
+        "LAYANG_EHLO_NAME": "localhost",
+        **binds(http=free_port(), smtp=free_port(), inbound=free_port()),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "layang", *command],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stderr, selectors.EVENT_READ)
+            deadline, line = time.monotonic() + 60, ""
+            while time.monotonic() < deadline and not line.startswith("warning:"):
+                if selector.select(timeout=1):
+                    line = process.stderr.readline()
+                    if not line:
+                        break
+    finally:
+        process.terminate()
+        process.communicate(timeout=120)
+    assert line.startswith("warning: direct to MX will say EHLO localhost"), line
+    assert "LAYANG_EHLO_NAME" in line

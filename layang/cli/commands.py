@@ -37,6 +37,7 @@ from layang.serving.preflight import (
     PreflightError,
     check,
     database_location,
+    ehlo_warnings,
 )
 
 CONFIG_ERROR_STATUS = 2
@@ -116,7 +117,7 @@ DELIVERY = (
     "source_pools",  # the source addresses of each stream
 )
 # Checked by every command before it starts (layang.serving.preflight).
-EVERY_COMMAND = ("shaping_file",)
+EVERY_COMMAND = ("shaping_file", "secret_key")
 INBOUND_SETTINGS = (
     "inbound_bind",
     "bounce_domain",
@@ -142,6 +143,8 @@ class Uses:
 
     def __init__(self, needs: Needs, *parts: tuple[str, ...]) -> None:
         self.needs = needs
+        # Only a command that signs or seals something keeps a generated key in the data dir.
+        self.keeps_secret = any("secret_key" in part for part in parts)
         self.settings = tuple(
             dict.fromkeys(name for part in (*parts, EVERY_COMMAND) for name in part)
         )
@@ -190,7 +193,7 @@ def prepare(*, service: bool = False) -> tuple[Config, Listeners]:
         listeners = _check(config, replace(needs, database=None))
     except PreflightError as error:
         fail(str(error))
-    if "secret_key" in uses.settings:
+    if uses.keeps_secret:
         config = load_config()  # checked: now the secret key may be stored in the data dir
     if service:
         configure_logging(config)
@@ -202,6 +205,13 @@ def _check(config: Config, needs: Needs) -> Listeners:
         return check(config, needs)
     except PreflightError as error:
         fail(str(error))
+
+
+def warn_about_ehlo(config: Config) -> None:
+    """Say on stderr, before anything is sent, that direct to MX would greet receivers with a
+    name they refuse (``layang.serving.preflight.ehlo_warnings``)."""
+    for line in ehlo_warnings(config):
+        click.echo(line, err=True)
 
 
 def open_db(config: Config, mode: str = CREATE) -> None:
@@ -259,6 +269,7 @@ def run() -> None:
     from layang.serving.processes import on_stop_signal, run_all
 
     config, listeners = prepare(service=True)
+    warn_about_ehlo(config)
     open_db(config)
     if not Account.select().exists():
         account = accounts.create_account("default", live=True)
@@ -310,6 +321,7 @@ def worker(processes: int | None) -> None:
     )
 
     config, listeners = prepare(service=True)
+    warn_about_ehlo(config)
     index, children = fork_workers(processes or os.cpu_count() or 1)
     metrics = listeners.take(WORKER_METRICS)
     if index and metrics is not None:
@@ -571,7 +583,7 @@ def domains_verify(name: str, domain: str) -> None:
 
 
 class domain_errors:
-    """Print a domain error as the contract's error body on stderr and exit 1."""
+    """Print a domain error as the API's error body (docs/api.md, "Errors") on stderr and exit 1."""
 
     def __enter__(self) -> None:
         return None
@@ -620,7 +632,7 @@ def tlsrpt_send(day: str | None) -> None:
 main.add_command(Uses(Needs(None), ("http_bind",))(send_command))
 
 
-# -- the delivery queue (contract 13) ------------------------------------------------------------
+# -- the delivery queue (docs/delivery.md, "The queue, visible and steerable") ---------------------
 
 
 @Uses(Needs(EXISTING), STORE)
@@ -650,10 +662,14 @@ def queue_group(context: click.Context, as_json: bool) -> None:
 @queue_group.command("suspend")
 @click.argument("site")
 @click.option("--for", "duration", type=Duration(), help="e.g. 30m, 2h (default: until resumed)")
-def queue_suspend(site: str, duration: float | None) -> None:
+@click.option(
+    "--force", is_flag=True, help="Suspend SITE even though no mail has gone to or waited for it."
+)
+def queue_suspend(site: str, duration: float | None, force: bool) -> None:
     """Stop new sessions to SITE (or to the site of a recipient domain) for a while or until
-    resumed; prints the site."""
-    from layang.cli.queue import site_json
+    resumed; prints the site. A site or domain Layang has never seen is refused (a typo would
+    suspend nothing) unless --force."""
+    from layang.cli.queue import known_site, site_json
     from layang.clock import now_ms
     from layang.destinations import sites
     from layang.domain.queue_view import site_named, site_queues
@@ -661,6 +677,13 @@ def queue_suspend(site: str, duration: float | None) -> None:
     config, _ = prepare()
     open_db(config, EXISTING)
     name = site_named(site)
+    if not force and not known_site(site, name):
+        fail(
+            f"No site or recipient domain named {site!r} has been seen in "
+            f"{database_location(config.database_url)}: `layang queue` lists the sites. "
+            "Check the name, or add --force to suspend it anyway.",
+            1,
+        )
     until = None if duration is None else now_ms() + int(duration * 1000)
     sites.suspend(name, until, "suspended by the operator")
     emit(next(site_json(row) for row in site_queues() if row.site == name))

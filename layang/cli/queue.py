@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from layang.clock import iso_ms
-from layang.domain.queue_view import SiteQueue
+from layang.domain.queue_view import SiteQueue, site_queues
+from layang.models import MxDomain, SiteState
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -29,7 +30,8 @@ class Duration(click.ParamType):
 
 
 def site_json(row: SiteQueue) -> dict[str, Any]:
-    """One site as ``layang queue --json`` prints it (contract 13)."""
+    """One site as ``layang queue --json`` prints it (docs/delivery.md, "The queue, visible
+    and steerable")."""
     return {
         "site": row.site,
         "domains": list(row.domains),
@@ -61,3 +63,17 @@ def site_line(row: SiteQueue) -> str:
     if row.last_reply:
         parts.append(f"last reply: {row.last_reply.strip()}")
     return "  ".join(parts)
+
+
+def known_site(given: str, site: str) -> bool:
+    """Whether Layang has seen ``given`` (as typed) or the ``site`` it names: a recipient
+    domain resolved to its site, a site with waiting mail, sessions or a state of its own, or
+    a domain with waiting mail."""
+    typed = given.strip().rstrip(".").lower()
+    if site != typed:
+        return True  # a recipient domain that resolved to a site
+    if SiteState.get_or_none(SiteState.site == site) is not None:
+        return True
+    if MxDomain.select().where(MxDomain.site == site).exists():
+        return True
+    return any(row.site == site or site in row.domains for row in site_queues())

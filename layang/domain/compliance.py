@@ -1,5 +1,6 @@
-"""The sender requirements check (contract 17): the rules Gmail, Yahoo and Microsoft set for bulk
-senders since 2024, each checked for one sending domain against DNS and Layang's own figures.
+"""The sender requirements check (docs/api.md, "Sender requirements"): the rules Gmail, Yahoo
+and Microsoft set for bulk senders since 2024, each checked for one sending domain against DNS
+and Layang's own figures.
 
 Rule ids: ``spf`` and ``dkim`` (aligned with the From domain), ``dmarc`` (published),
 ``ptr`` (forward-confirmed reverse DNS for every source address), ``tls`` (to the provider's
@@ -10,6 +11,7 @@ was found, and the fix.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -119,51 +121,94 @@ def _dmarc(record: DnsRecord, lookup: DnsLookup) -> Rule:
 
 
 def _source_addresses(config: Config) -> list[str]:
-    addresses = [a for _, pool in config.source_pools for a in pool]
+    """Layang's own source addresses: ``LAYANG_SOURCE_ADDRESSES`` and the pools."""
+    addresses = [address for address, _ in config.source_addresses]
+    addresses += [a for _, pool in config.source_pools for a in pool]
     return list(dict.fromkeys(addresses))
 
 
+# Networks whose addresses receivers never see (RFC 1918, shared NAT, loopback, link-local,
+# unique local): mail from them reaches the internet by another address.
+_INTERNAL = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "::1/128",
+        "fc00::/7",
+        "fe80::/10",
+    )
+)
+
+
+def _internal(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return any(ip.version == net.version and ip in net for net in _INTERNAL)
+
+
 def _relay_host(config: Config) -> str | None:
+    """The smarthost of ``LAYANG_RELAY_URL`` (``smtp://`` or ``smtps://``), else None."""
     if "://" not in config.relay_url:
         return None
     return urlsplit(config.relay_url).hostname
 
 
+def _relay_addresses(host: str, lookup: DnsLookup) -> tuple[list[str], str | None]:
+    """The smarthost's own addresses (its name looked up, or the address it is), or none and
+    why not."""
+    try:
+        return [str(ipaddress.ip_address(host))], None
+    except ValueError:
+        pass
+    answer = lookup.addresses(host)
+    return list(answer.values), answer.problem or f"{host} has no A or AAAA record."
+
+
 def _ptr(lookup: DnsLookup, config: Config) -> Rule:
     title = "Every source address has forward-confirmed reverse DNS"
-    addresses = _source_addresses(config)
-    if not addresses:
-        host = _relay_host(config)
-        if host is not None:
-            return Rule(
-                "ptr",
-                title,
-                UNKNOWN,
-                f"Mail leaves through the relay {host}, whose operator owns its addresses' PTR.",
-                "Ask the relay's operator, or list Layang's own addresses in LAYANG_SOURCE_POOLS.",
-            )
+    # Receivers see Layang's own addresses (direct to MX), or the smarthost's: check both.
+    checked = [(address, "") for address in _source_addresses(config)]
+    found: list[str] = []
+    failing: list[str] = []
+    unknown = False
+    host = _relay_host(config)
+    if host is not None:
+        relay, problem = _relay_addresses(host, lookup)
+        if not relay:
+            unknown = True
+            found.append(f"the relay {host}: {problem}")
+        checked += [(address, f"the relay {host}: ") for address in relay]
+    if not checked and not found:
         return Rule(
             "ptr",
             title,
             UNKNOWN,
-            "No source address is configured (LAYANG_SOURCE_POOLS).",
-            "List the addresses mail leaves from in LAYANG_SOURCE_POOLS.",
+            "No source address is configured (LAYANG_SOURCE_ADDRESSES).",
+            "List the addresses mail leaves from in LAYANG_SOURCE_ADDRESSES.",
         )
-    found, failing = [], []
-    for address in addresses:
+    for address, origin in checked:
+        if _internal(address):
+            # A private address is not what receivers see; the address it leaves by is.
+            unknown = True
+            found.append(f"{origin}{address} is not a public address: its PTR is not checked")
+            continue
         names = lookup.ptr(address)
         if not names.values:
             failing.append(address)
-            found.append(f"{address}: {names.problem or 'no PTR record'}")
+            found.append(f"{origin}{address}: {names.problem or 'no PTR record'}")
             continue
         name = names.values[0]
         forward = lookup.addresses(name)
         if address in forward.values:
-            found.append(f"{address} → {name} → {address}")
+            found.append(f"{origin}{address} → {name} → {address}")
         else:
             failing.append(address)
             listed = ", ".join(forward.values) or forward.problem or "nothing"
-            found.append(f"{address} → {name}, which resolves to {listed}")
+            found.append(f"{origin}{address} → {name}, which resolves to {listed}")
     if failing:
         return Rule(
             "ptr",
@@ -171,7 +216,17 @@ def _ptr(lookup: DnsLookup, config: Config) -> Rule:
             FAIL,
             "; ".join(found),
             "Give " + ", ".join(failing) + " a PTR record naming a host whose A/AAAA record "
-            "is that same address (ask the owner of the address block).",
+            "is that same address (ask the owner of the address block, or the relay's "
+            "operator for its addresses).",
+        )
+    if unknown:
+        return Rule(
+            "ptr",
+            title,
+            UNKNOWN,
+            "; ".join(found),
+            "List the public addresses mail leaves from in LAYANG_SOURCE_ADDRESSES, or ask "
+            "the relay's operator for its reverse DNS.",
         )
     return Rule("ptr", title, OK_STATUS, "; ".join(found), "")
 

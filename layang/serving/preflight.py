@@ -113,6 +113,7 @@ def check(config: Config, needs: Needs) -> Listeners:
         check_sources(config)
     if needs.smtp_tls:
         check_smtp_tls(config)
+    check_secret_key(config.secret_key)
     check_shaping(config.shaping_file)
     listeners = Listeners()
     try:
@@ -142,6 +143,42 @@ def check_sources(config: Config) -> None:
                 f"{source.address} is not an address of this host ({error.strerror}); "
                 "list only addresses assigned to it",
             ) from None
+
+
+SECRET_KEY_MIN_LENGTH = 32
+"""The shortest ``LAYANG_SECRET_KEY`` accepted: 32 characters of ``secrets.token_urlsafe`` carry
+192 bits."""
+
+# Values people paste from examples instead of a key of their own (docs/deploy.md shows the
+# first), compared without case and punctuation.
+KNOWN_PLACEHOLDERS = frozenset(
+    {
+        "pastethekeyfromthecommandabove",
+        "changeme",
+        "replaceme",
+        "secret",
+        "secretkey",
+        "yoursecretkey",
+        "layangsecretkey",
+        "putyoursecretkeyhere",
+    }
+)
+
+
+def check_secret_key(key: str) -> None:
+    """Refuse a secret key anyone could guess: shorter than ``SECRET_KEY_MIN_LENGTH``
+    characters, a known placeholder, or one character repeated. Every token and session it signs,
+    and every DKIM key it encrypts, is only as safe as this key."""
+    how = 'make one with: python3 -c "import secrets; print(secrets.token_urlsafe(48))"'
+    folded = "".join(c for c in key.lower() if c.isalnum())
+    if folded in KNOWN_PLACEHOLDERS or len(set(folded)) <= 1:
+        raise PreflightError("LAYANG_SECRET_KEY", f"that is an example's placeholder; {how}")
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        raise PreflightError(
+            "LAYANG_SECRET_KEY",
+            f"{len(key)} characters is too short to keep tokens, sessions and DKIM keys safe "
+            f"(at least {SECRET_KEY_MIN_LENGTH}); {how}",
+        )
 
 
 def check_shaping(path: str) -> None:
@@ -315,6 +352,11 @@ def check_postgresql(url: str) -> None:
 
 def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
     """The relay URL is well formed, its cafile loads, and a capture directory is writable."""
+    if url.strip() != "mx:" and url.strip().lower().rstrip(":/") == "mx":
+        # "mx", "MX:" or "mx://": direct to MX was meant, and is spelt exactly "mx:".
+        raise PreflightError(
+            variable, f"{url!r} is not a relay URL; for direct to MX write mx: (with its colon)"
+        )
     if url.startswith("mx:"):
         if url.strip() != "mx:":
             raise PreflightError(variable, "mx: takes nothing after the colon (direct to MX)")
@@ -325,6 +367,33 @@ def check_relay(url: str, variable: str = "LAYANG_RELAY_URL") -> None:
         raise PreflightError(variable, str(error)) from None
     if isinstance(relay, CaptureDirectory):
         check_writable_dir(variable, relay.directory)
+
+
+def ehlo_warnings(config: Config) -> list[str]:
+    """Lines warning that direct to MX would greet receivers with ``localhost`` or a name that
+    is not fully qualified, which many refuse or junk (docs/deploy.md, "Direct to MX"); empty
+    when the relay is not ``mx:`` or every name is a full one. Never raises: the command still
+    starts."""
+    if config.relay_url.strip() != "mx:":
+        return []
+    if config.source_addresses:
+        greetings = [
+            (source.ehlo_name, f"LAYANG_SOURCE_ADDRESSES ({source.address})")
+            for source in config.sources
+        ]
+    else:
+        greetings = [(config.helo_name, "LAYANG_EHLO_NAME" if config.ehlo_name else "")]
+    lines = []
+    for name, origin in dict.fromkeys(greetings):
+        if "." in name.strip(".") and not name.startswith("localhost"):
+            continue
+        source = f"from {origin}" if origin else "this host's name, as the system gives it"
+        lines.append(
+            f"warning: direct to MX will say EHLO {name} ({source}), which is not a fully "
+            "qualified name: receivers refuse or junk such mail. Set LAYANG_EHLO_NAME (or "
+            "LAYANG_SOURCE_ADDRESSES=ip=name) to the name the source address's PTR record gives"
+        )
+    return lines
 
 
 def check_smtp_tls(config: Config) -> None:

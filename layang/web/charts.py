@@ -26,56 +26,74 @@ COLOURS = {
 }
 
 WIDTH, HEIGHT = 960, 240
+NARROW = 420
+"""The width of a chart's phone version: drawn for a narrow screen rather than shrunk, its
+labels stay readable and its y-axis in sight."""
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
 
 
-def _nice_ceiling(value: int) -> int:
-    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (at least 4)."""
-    if value <= 4:
-        return 4
-    power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        if value <= step * power:
-            return step * power
-    return 10 * power  # pragma: no cover
+def axis_ticks(largest: int, most: int = 5) -> tuple[int, ...]:
+    """The y-axis of a chart of counts whose tallest value is ``largest``: ticks from 0, evenly
+    spaced by 1, 2 or 5 x 10^n, the fewest steps (at most ``most``) that reach ``largest``.
+
+    ``axis_ticks(3)`` is (0, 1, 2, 3), ``axis_ticks(7)`` (0, 2, 4, 6, 8), ``axis_ticks(0)``
+    (0, 1). Counts are whole, so no step is below 1. Raises ``ValueError`` for a negative
+    ``largest`` or ``most`` below 1.
+    """
+    if largest < 0 or most < 1:
+        raise ValueError(f"axis_ticks: largest {largest} and most {most} must be 0+ and 1+")
+    power = 1
+    while True:
+        for factor in (1, 2, 5):
+            step = factor * power
+            if largest <= step * most:
+                count = max(1, math.ceil(largest / step))
+                return tuple(step * i for i in range(count + 1))
+        power *= 10
 
 
-def point_label(chart: Chart, start: int) -> str:
+def point_label(chart: Chart, start: int, short: bool = False) -> str:
+    """The time of the point starting at ``start`` (epoch ms), as an axis names it: the day
+    for daily points (and, ``short``, for any period longer than a day), else the time."""
     moment = datetime.fromtimestamp(start / 1000, UTC)
-    if chart.period.step_ms >= DAY_MS:
+    if chart.period.step_ms >= DAY_MS or (short and chart.period.span_ms > DAY_MS):
         return moment.strftime("%d %b")
     if chart.period.span_ms > DAY_MS:
         return moment.strftime("%d %b %H:%M")
     return moment.strftime("%H:%M")
 
 
-def _frame(chart: Chart, top: int, title: str, description: str) -> list[str]:
+def _frame(
+    chart: Chart, ticks: tuple[int, ...], title: str, description: str, width: int
+) -> list[str]:
     plot_h = HEIGHT - TOP - BOTTOM
+    top = ticks[-1]
+    kind = "chart-narrow" if width < WIDTH else "chart-wide"
     parts = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'<svg class="chart {kind}" viewBox="0 0 {width} {HEIGHT}" role="img" '
         f'aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title><desc>{escape(description)}</desc>",
     ]
-    for i in range(5):
-        y = TOP + plot_h - plot_h * i / 4
+    for tick in ticks:
+        y = TOP + plot_h - plot_h * tick / top
         parts.append(
-            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<line class="grid" x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
             f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{top * i // 4:,}</text>"
+            f"{tick:,}</text>"
         )
     points = len(chart.starts)
-    every = max(1, math.ceil(points / 8))
+    every = max(1, math.ceil(points / (8 if width >= WIDTH else 4)))
     for i in range(0, points, every):
-        x = _x(i, points)
+        x = _x(i, points, width)
         parts.append(
             f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
-            f"{escape(point_label(chart, chart.starts[i]))}</text>"
+            f"{escape(point_label(chart, chart.starts[i], short=width < WIDTH))}</text>"
         )
     return parts
 
 
-def _x(i: int, points: int) -> float:
-    plot_w = WIDTH - LEFT - RIGHT
+def _x(i: int, points: int, width: int = WIDTH) -> float:
+    plot_w = width - LEFT - RIGHT
     return LEFT + plot_w * (i + 0.5) / points
 
 
@@ -89,15 +107,17 @@ def describe(chart: Chart) -> str:
     return f"Over the {chart.period.label}: {totals}."
 
 
-def line_chart(chart: Chart, title: str) -> Markup:
-    """One line per series, a point per step; hovering a point names its figure."""
-    top = _nice_ceiling(max((max(s.values, default=0) for s in chart.series), default=0))
-    parts = _frame(chart, top, title, describe(chart))
+def line_chart(chart: Chart, title: str, width: int = WIDTH) -> Markup:
+    """One line per series, a point per step; hovering a point names its figure. ``width``
+    is the drawing's (``NARROW`` for phones)."""
+    ticks = axis_ticks(max((max(s.values, default=0) for s in chart.series), default=0))
+    top = ticks[-1]
+    parts = _frame(chart, ticks, title, describe(chart), width)
     points = len(chart.starts)
     for series in chart.series:
         colour = COLOURS.get(series.key, "#44506a")
         coords = " ".join(
-            f"{_x(i, points):.1f},{_y(v, top):.1f}" for i, v in enumerate(series.values)
+            f"{_x(i, points, width):.1f},{_y(v, top):.1f}" for i, v in enumerate(series.values)
         )
         parts.append(
             f'<g class="series" data-series="{series.key}">'
@@ -107,7 +127,7 @@ def line_chart(chart: Chart, title: str) -> Markup:
             if value:
                 label = f"{series.label} {point_label(chart, chart.starts[i])}: {value:,}"
                 parts.append(
-                    f'<circle cx="{_x(i, points):.1f}" cy="{_y(value, top):.1f}" r="3" '
+                    f'<circle cx="{_x(i, points, width):.1f}" cy="{_y(value, top):.1f}" r="3" '
                     f'fill="{colour}"><title>{escape(label)}</title></circle>'
                 )
         parts.append("</g>")
@@ -115,14 +135,16 @@ def line_chart(chart: Chart, title: str) -> Markup:
     return Markup("".join(parts))  # noqa: S704 - every value above is a number or escaped
 
 
-def stacked_bars(chart: Chart, title: str) -> Markup:
-    """One bar per step, its series stacked."""
+def stacked_bars(chart: Chart, title: str, width: int = WIDTH) -> Markup:
+    """One bar per step, its series stacked. ``width`` is the drawing's (``NARROW`` for
+    phones)."""
     columns = zip(*(s.values for s in chart.series), strict=True)
     tallest = max((sum(column) for column in columns), default=0)
-    top = _nice_ceiling(tallest)
-    parts = _frame(chart, top, title, describe(chart))
+    ticks = axis_ticks(tallest)
+    top = ticks[-1]
+    parts = _frame(chart, ticks, title, describe(chart), width)
     points = len(chart.starts)
-    width = (WIDTH - LEFT - RIGHT) / points * 0.7
+    bar = (width - LEFT - RIGHT) / points * 0.7
     base = [0] * points
     for series in chart.series:
         colour = COLOURS.get(series.key, "#44506a")
@@ -132,8 +154,8 @@ def stacked_bars(chart: Chart, title: str) -> Markup:
                 y_top, y_bottom = _y(base[i] + value, top), _y(base[i], top)
                 label = f"{series.label} {point_label(chart, chart.starts[i])}: {value:,}"
                 parts.append(
-                    f'<rect x="{_x(i, points) - width / 2:.1f}" y="{y_top:.1f}" '
-                    f'width="{width:.1f}" height="{y_bottom - y_top:.1f}" fill="{colour}">'
+                    f'<rect x="{_x(i, points, width) - bar / 2:.1f}" y="{y_top:.1f}" '
+                    f'width="{bar:.1f}" height="{y_bottom - y_top:.1f}" fill="{colour}">'
                     f"<title>{escape(label)}</title></rect>"
                 )
                 base[i] += value

@@ -32,6 +32,7 @@ from layang.mail.message import (
 )
 from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
 from layang.web.csrf import FormExpired
+from layang.web.line_breaks import reply_gist, with_breaks
 
 PREVIEW_DATA_MAX = 64 * 1024
 
@@ -657,5 +658,7 @@ def register(blueprint: flask.Blueprint) -> None:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(detail_label, "detail_label")
+    blueprint.add_app_template_filter(with_breaks, "breaks")
+    blueprint.add_app_template_filter(reply_gist, "reply_gist")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")

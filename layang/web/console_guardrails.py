@@ -1,7 +1,7 @@
-"""The console's deliverability guardrails (contract 17): the circuit breaker's banner on every
-page, and on the Domains page each domain's DMARC sources (a chart drawn here as SVG, with
-the unknown sources called out) and, on request, its sender requirements check. The same
-domain functions as the API."""
+"""The console's deliverability guardrails (docs/api.md, "Streams and the circuit breaker"):
+the circuit breaker's banner on every page, and on the Domains page each domain's DMARC
+sources (a chart drawn here as SVG, with the unknown sources called out) and, on request, its
+sender requirements check. The same domain functions as the API."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The console's landing page: the overview of the account's mail (contract 16), of all of it
-or of one stream (contract 17)."""
+"""The console's landing page: the overview of the account's mail (docs/api.md, "The
+overview"), of all of it or of one stream (docs/api.md, "Streams and the circuit breaker")."""
 
 from __future__ import annotations
 
@@ -38,8 +38,11 @@ def overview_page(account: Account) -> Any:
         of=of,
         narrowed=narrowed,
         activity=activity,
-        activity_chart=charts.line_chart(activity.chart, f"Activity{of}"),
-        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}"),
+        # Each chart twice: for wide screens and drawn for phones; CSS shows one.
+        activity_chart=charts.line_chart(activity.chart, f"Activity{of}")
+        + charts.line_chart(activity.chart, f"Activity{of}", charts.NARROW),
+        bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}")
+        + charts.stacked_bars(activity.bounces, f"Bounces by class{of}", charts.NARROW),
         domains=activity.domains,
         waiting=overview.waiting_by_destination(account, stream=stream),
         notices=overview.needs_attention(account, current_app.config["LAYANG"]),

@@ -1,6 +1,6 @@
-"""GET /v1/layang/domains/{domain}/compliance (contract 17): the large providers' bulk-sender
-rules checked against a real DNS server (dnslib) and Layang's own figures, each rule passing
-and each failing."""
+"""GET /v1/layang/domains/{domain}/compliance (docs/api.md, "Sender requirements"): the large
+providers' bulk-sender rules checked against a real DNS server (dnslib) and Layang's own
+figures, each rule passing and each failing."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ DOMAIN = "example.com"
 SOURCES = {"192.0.2.10": "mta1.example.net", "192.0.2.11": "mta2.example.net"}
 RULES = ["spf", "dkim", "dmarc", "ptr", "tls", "unsubscribe", "complaint_rate"]
 SIM = "simulator.layang.test"
+RELAY, RELAY_ADDRESS = "relay.example.net", "192.0.2.25"
 
 
 @pytest.fixture
@@ -46,6 +47,8 @@ def published(client, auth, dns_zone, upstream, relay_to):
     for address, host in SOURCES.items():
         dns_zone.add_ptr(address, host)
         dns_zone.add_address(host, address)
+    dns_zone.add_address(RELAY, RELAY_ADDRESS)
+    dns_zone.add_ptr(RELAY_ADDRESS, RELAY)
     send(client, auth, [f"success+{n}@{SIM}" for n in range(10)])
     drain(relay_to(upstream))
     return added.get_json()
@@ -76,7 +79,8 @@ def test_every_rule_passes_for_a_domain_set_up_as_published(client, auth, publis
     found = rules(client, auth)
     assert {rule: found[rule]["status"] for rule in RULES} == dict.fromkeys(RULES, "ok")
     assert found["ptr"]["found"] == (
-        "192.0.2.10 → mta1.example.net → 192.0.2.10; 192.0.2.11 → mta2.example.net → 192.0.2.11"
+        "192.0.2.10 → mta1.example.net → 192.0.2.10; 192.0.2.11 → mta2.example.net → 192.0.2.11; "
+        "the relay relay.example.net: 192.0.2.25 → relay.example.net → 192.0.2.25"
     )
     assert found["complaint_rate"]["found"] == "0.00 % over 24 h (0 complaints, 10 messages)"
     assert found["dmarc"]["found"] == "v=DMARC1; p=none; rua=mailto:dmarc@bounces.example.com"
@@ -198,3 +202,48 @@ def test_an_unknown_domain_is_a_404_and_no_sources_is_unknown(client, auth, acco
     assert ptr.status == "unknown"
     assert SendingDomain.select().count() == 1
     assert breaker.rates_of(account.id, DOMAIN).sent == 0
+
+
+def ptr_rule(account, config) -> object:
+    return next(
+        rule for rule in check_compliance(account, DOMAIN, config).rules if rule.id == "ptr"
+    )
+
+
+def test_the_ptr_rule_checks_the_source_addresses_setting(account, config, dns_zone, published):
+    """LAYANG_SOURCE_ADDRESSES, the setting docs/deploy.md names, without any pools."""
+    direct = replace(
+        config,
+        relay_url="mx:",
+        source_pools=(),
+        source_addresses=(("192.0.2.10", "mta1.example.net"), ("192.0.2.11", "")),
+    )
+    ptr = ptr_rule(account, direct)
+    assert (ptr.status, ptr.fix) == ("ok", "")
+    assert ptr.found == (
+        "192.0.2.10 → mta1.example.net → 192.0.2.10; 192.0.2.11 → mta2.example.net → 192.0.2.11"
+    )
+    dns_zone.remove("11.2.0.192.in-addr.arpa", "PTR")
+    ptr = ptr_rule(account, direct)
+    assert ptr.status == "fail" and "192.0.2.11: " in ptr.found
+    assert ptr.fix.startswith("Give 192.0.2.11 a PTR record")
+
+
+def test_the_ptr_rule_checks_a_smarthosts_own_addresses(account, config, dns_zone, published):
+    relayed = replace(config, source_pools=(), source_addresses=())
+    ptr = ptr_rule(account, relayed)
+    assert ptr.status == "ok"
+    assert ptr.found == "the relay relay.example.net: 192.0.2.25 → relay.example.net → 192.0.2.25"
+    dns_zone.remove(RELAY, "A")
+    dns_zone.add_address(RELAY, "192.0.2.26")
+    ptr = ptr_rule(account, relayed)
+    assert ptr.status == "fail" and "192.0.2.26: " in ptr.found and "192.0.2.26" in ptr.fix
+    # A relay on a private network: its PTR is not what receivers see.
+    ptr = ptr_rule(account, replace(relayed, relay_url="smtp://10.1.2.3:25"))
+    assert ptr.status == "unknown" and "10.1.2.3 is not a public address" in ptr.found
+
+
+def test_without_any_source_address_the_rule_names_the_setting(account, config, published):
+    ptr = ptr_rule(account, replace(config, relay_url="mx:", source_pools=(), source_addresses=()))
+    assert ptr.status == "unknown"
+    assert "LAYANG_SOURCE_ADDRESSES" in ptr.fix and "POOLS" not in ptr.fix

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from layang.web.line_breaks import with_breaks
 from tests.conftest import drain
 from tests.web.test_console import _login
 
@@ -36,13 +37,15 @@ def test_activity_pages_show_what_the_api_shows(client, auth, api_key, upstream,
         created = record["createdAt"]
         shown = f'<time datetime="{created}">{created[:19].replace("T", " ")} UTC</time>'
         assert shown in listing
-        assert f'{record["recipient"]}</a>\n          <span class="muted">to</span>' in listing
+        recipient = with_breaks(record["recipient"])
+        assert f'{recipient}</a>\n          <span class="muted">to</span>' in listing
 
     for record in records:
         page = client.get(f"/console/activity/{record['id']}").get_data(as_text=True)
         sender = record["from"]
         name = f"{sender['name']} " if "name" in sender else ""
-        assert f"<dt>From</dt><dd>{name}&lt;{sender['email']}&gt;</dd>" in page
+        email = f'<span class="address">{with_breaks(sender["email"])}</span>'
+        assert f"<dt>From</dt><dd>{name}&lt;{email}&gt;</dd>" in page
         assert f"({record['recipientType']})" in page
         assert f"<code>{record['transmissionId']}</code>" in page
         assert f"<code>{html.escape(record['messageId'])}</code>" in page

@@ -69,7 +69,7 @@ def test_timeline_and_security_page_in_a_browser(client, upstream, relay_to, bro
     send(client, auth, "ana@bank.test")
     send(client, auth, "old@plain.test")
     drain(relay_to(upstream))
-    # What the delivery engine records for MX attempts (the event's "tls", docs/api.md).
+    # What the delivery engine records for MX attempts (docs/delivery.md: the event's "tls").
     ana = Recipient.get(Recipient.address == "ana@bank.test")
     for offset, (status, detail) in enumerate(ATTEMPTS, start=1):
         Event.create(
