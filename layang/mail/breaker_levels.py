@@ -70,6 +70,11 @@ class Standing:
     def scope(self) -> str:
         return f"the domain {self.domain}" if self.domain else "this account"
 
+    @property
+    def level_name(self) -> str:
+        """``clear``, ``warning`` or ``paused``: what the console's banner shows."""
+        return LEVEL_NAMES[self.level]
+
 
 def _percent(rate: float) -> str:
     return f"{rate * 100:.2f}".rstrip("0").rstrip(".") + " %"
