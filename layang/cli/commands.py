@@ -50,14 +50,15 @@ UNAVAILABLE_STATUS = 1
 # its parts (tests/test_cli.py checks them against what the command actually reads).
 STORE = ("data_dir", "database_url")
 LOGS = ("log_level", "log_format")
-BREAKER = (
+# The thresholds: judged when mail is sent, and when outcomes and reports are recorded.
+BREAKER_THRESHOLDS = (
     "breaker_min_messages",
     "breaker_bounce_warn",
     "breaker_bounce_pause",
     "breaker_complaint_warn",
     "breaker_complaint_pause",
-    "pause_transactional",
 )
+BREAKER = (*BREAKER_THRESHOLDS, "pause_transactional")
 API = (
     "http_bind",
     "public_url",
@@ -115,6 +116,7 @@ DELIVERY = (
     "suspend_after_failures",
     *("tls_cafile", "dane", "tlsrpt", "tlsrpt_from"),  # transport security
     "source_pools",  # the source addresses of each stream
+    *BREAKER_THRESHOLDS,  # a recorded batch that crosses a threshold raises the Warning
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file", "secret_key")
@@ -125,6 +127,7 @@ INBOUND_SETTINGS = (
     "secret_key",
     "inbound_keep_days",
     "inbound_keep_mb",
+    *BREAKER_THRESHOLDS,  # a bounce or complaint report that crosses one raises the Warning
 )
 DOMAINS = (
     "dkim_ed25519",

@@ -126,7 +126,8 @@ def test_send_message_with_every_default(live_server, api_key, layang, upstream,
     assert mail["From"] == "The Shop <shop@shop.example>"
     assert mail["To"] == "ana@rcpt.example"
     assert mail["Subject"] == "Hello"
-    assert structure(mail) == ["text/html"]
+    # HTML alone: Layang adds the text part made from it (docs/api.md, "generateText").
+    assert structure(mail) == ["multipart/alternative", "  text/plain", "  text/html"]
     sent = text_of(mail, "html")
     # Tracking is on by default in this SDK: the link is rewritten, a pixel is added.
     assert "https://shop.example/x" not in sent and sent.count("http://127.0.0.1:8000/") == 2
@@ -221,8 +222,9 @@ def test_send_message_template(live_server, api_key, layang, upstream, relay_to)
 
     first = parsed(received_by(upstream, "a@rcpt.example"))
     assert first["Subject"] == "mailtarget Email Test"
-    assert structure(first) == ["text/html"]
+    assert structure(first) == ["multipart/alternative", "  text/plain", "  text/html"]
     assert text_of(first, "html") == "<p>Dear Doe, born 1 January 1975.</p>\n"
+    assert text_of(first, "plain").strip() == "Dear Doe, born 1 January 1975."
     assert parsed(received_by(upstream, "b@rcpt.example"))["Subject"] == "Welcome, Doe"
     third = parsed(received_by(upstream, "c@rcpt.example"))
     assert third["Subject"] == "Hi"  # no substitutionData: a missing value is empty

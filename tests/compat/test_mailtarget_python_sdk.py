@@ -60,7 +60,8 @@ def test_every_send_path_delivers(live_server, api_key, mailtarget, upstream, re
         assert message["Subject"] == f"Via {name}"
         assert message["From"] == "shop@shop.example"
         assert message["To"] == f"Ana <{name}@rcpt.example>"
-        assert structure(message) == ["text/html"]  # the "" bodyText is no body
+        # The "" bodyText is no body: the text part is made from the HTML.
+        assert structure(message) == ["multipart/alternative", "  text/plain", "  text/html"]
         assert "<p>Hello!</p>" in text_of(message, "html")
 
 
@@ -104,7 +105,7 @@ def test_every_field_and_setter(mailtarget, layang, upstream, relay_to):
     assert attachment.get_payload(decode=True) == PDF
     html = text_of(mail, "html")
     assert 'href="https://shop.example/orders/42"' in html  # click tracking off
-    assert html.count('<img src="http://127.0.0.1:8000/') == 1  # the open pixel
+    assert html.count('background-image:url(http://127.0.0.1:8000/') == 1  # the open pixel
     recipients = {r["recipient"] for r in layang.transmissions.get(transmission_id)["recipients"]}
     assert recipients == {"ana@rcpt.example", "cy@rcpt.example", "dee@rcpt.example"}
     for record in layang.activity.list(transmission_id=transmission_id):
