@@ -6,10 +6,11 @@ delivering the same messages to the same recipients' MX hosts, in the same run.
                        [--admin-url postgresql://user:password@127.0.0.1:5432/db]
 
 A simulated internet on this machine: ``--sites`` MX hosts, each its own loopback address
-(127.0.0.2, 127.0.0.3 …) on one shared port, each an asyncio sink (``bench/vs_postfix.py``'s:
-every reply ``--latency-ms`` after its command) counting the sessions open on it at once and
-its deliveries per second; ``--domains`` recipient domains spread evenly over the sites, named
-in a dnslib DNS server (``tests/dns_server.py``'s zone) with one MX record each.
+(127.0.0.2, 127.0.0.3 …) on one shared port, each an asyncio sink
+(``bench/support/latency_sink.py``'s: every reply ``--latency-ms`` after its command) counting
+the sessions open on it at once and its deliveries per second; ``--domains`` recipient domains
+spread evenly over the sites, named in a dnslib DNS server (``tests/dns_server.py``'s zone) with
+one MX record each.
 
 Layang: ``LAYANG_RELAY_URL=mx:``, ``LAYANG_DNS_RESOLVER`` the DNS server, ``LAYANG_MX_PORT`` the
 port, and a shaping file (``LAYANG_SHAPING_FILE``) giving every site ``--limit`` sessions; the
@@ -48,21 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.vs_postfix import (  # noqa: E402
-    HTML,
-    SENDER,
-    TEXT,
-    Layang,
+from bench.support.latency_sink import Sink, SinkSession, SinkState  # noqa: E402
+from bench.support.layang_run import Layang  # noqa: E402
+from bench.support.postfix import (  # noqa: E402
     PrivatePostfix,
-    Sink,
-    SinkSession,
-    SinkState,
     composed,
     ensure_postfix,
     postfix_version,
-    retrying,
-    spread,
 )
+from bench.support.queue import HTML, SENDER, TEXT  # noqa: E402
+from bench.support.repetitions import retrying, spread  # noqa: E402
 
 SLOW_DOWN = (
     b"421 4.7.28 Our system has detected an unusual rate of unsolicited mail originating "
@@ -75,7 +71,7 @@ SLOW_DOWN = (
 
 
 class Totals(SinkState):
-    """Every site's deliveries together (``expect``, ``mark``, ``done`` as vs_postfix's sink),
+    """Every site's deliveries together (``expect``, ``mark``, ``done`` as the latency sink's),
     and the throttle armed to start when ``throttle_at`` deliveries are in."""
 
     def __init__(self) -> None:
@@ -152,7 +148,7 @@ class Site:
 
 
 class SiteSession(SinkSession):
-    """vs_postfix's sink session, counted on its site; while the site throttles, MAIL gets 421
+    """The latency sink's session, counted on its site; while the site throttles, MAIL gets 421
     and the session is closed."""
 
     state: Site  # type: ignore[assignment]
@@ -183,8 +179,8 @@ class SiteSession(SinkSession):
 
 async def serve_sites(port: int, hosts: list[str]) -> None:
     """The sites' process: one server per address in ``hosts`` on ``port``; control lines on
-    stdin (vs_postfix's ``set``, ``expect``, ``count``; ``throttle SITE AT SECONDS``, ``stats``),
-    answers on stdout."""
+    stdin (the latency sink's ``set``, ``expect``, ``count``; ``throttle SITE AT SECONDS``,
+    ``stats``), answers on stdout."""
     totals = Totals()
     loop = asyncio.get_running_loop()
     servers = []
@@ -220,7 +216,7 @@ async def serve_sites(port: int, hosts: list[str]) -> None:
 
 
 class Sites(Sink):
-    """The sites' process, driven over its stdin and stdout like vs_postfix's sink."""
+    """The sites' process, driven over its stdin and stdout like the latency sink."""
 
     name = "asyncio sinks, one per site"
 
@@ -305,7 +301,8 @@ def shaping_file(path: Path, sites: int, limit: int) -> Path:
 
 
 class MxPostfix(PrivatePostfix):
-    """vs_postfix's private Postfix, with no relayhost: a transport_maps entry per domain."""
+    """The private Postfix (``bench/support/postfix.py``), with no relayhost: a transport_maps
+    entry per domain."""
 
     def __init__(self, base: Path, transports: dict[str, str]) -> None:
         super().__init__(base, relay_port=0)
@@ -322,9 +319,9 @@ class MxPostfix(PrivatePostfix):
 
 
 class MxLayang(Layang):
-    """vs_postfix's Layang side, its worker started with ``--processes`` when given, or
-    profiled (bench/profile_worker.py: one process, cProfile in every thread, into
-    ``profile``)."""
+    """The Layang side (``bench/support/layang_run.py``), its worker started with
+    ``--processes`` when given, or profiled (bench/profile_worker.py: one process, cProfile in
+    every thread, into ``profile``)."""
 
     processes: int | None = None
     profile: Path | None = None

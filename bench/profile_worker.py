@@ -92,8 +92,11 @@ def main() -> None:
     import subprocess
     import time
 
+    from bench.support.latency_sink import PostfixSink
+    from bench.support.layang_run import Layang
     from bench.support.machine import free_port
-    from bench.vs_postfix import Layang, PostfixSink, ensure_postfix, outgoing
+    from bench.support.postfix import ensure_postfix
+    from bench.support.queue import outgoing
 
     ensure_postfix()
     base = Path(tempfile.mkdtemp(prefix="layang-profile-"))

@@ -1,6 +1,7 @@
-"""The upstream of bench/vs_postfix.py: each reply leaves the set latency after its own command
-arrived, so pipelined commands wait one latency together, not one each; the end of DATA waits
-the extra delay too; and the sink reports when the recipients it was told to expect are in."""
+"""The latency sink (bench/support/latency_sink.py), the upstream of bench/vs_postfix.py: each
+reply leaves the set latency after its own command arrived, so pipelined commands wait one
+latency together, not one each; the end of DATA waits the extra delay too; and the sink reports
+when the recipients it was told to expect are in."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.support.latency_sink import Sink
 from bench.support.machine import free_port
-from bench.vs_postfix import Sink
 
 LATENCY = 0.3
 

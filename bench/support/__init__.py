@@ -1,2 +1,4 @@
 """What several benchmarks share: ports and CPU readings of this machine (``machine``), the
-local SMTP sinks (``sinks``), and filling and reading a Layang queue (``queue``)."""
+local SMTP sinks (``sinks``), the messages and filling and reading a Layang queue (``queue``), the
+latency sink (``latency_sink``), a private Postfix (``postfix``), Layang's side of a comparison
+(``layang_run``) and repeated measurements (``repetitions``)."""

@@ -13,6 +13,7 @@ from layang.db import database, open_database
 from layang.mail.message import Mailbox, OutgoingMessage
 from layang.migrations import upgrade
 
+SENDER = "shop@sender.example"
 TEXT = "Hello Ana,\n\nyour order has shipped.\n" * 10
 HTML = "<html><body><p>Hello Ana,</p><p>your order has shipped.</p></body></html>" * 5
 TABLES = ("event", "recipient", "transmission", "suppression", "api_key", "account")
@@ -24,6 +25,17 @@ def message(n: int) -> OutgoingMessage:
         sender=Mailbox("shop@sender.example", "Shop"),
         subject=f"layang {n}",
         to=(Mailbox(f"r{n}@rcpt.example"),),
+        text=TEXT,
+        html=HTML,
+        date_ms=1_700_000_000_000,
+    )
+
+
+def outgoing(n: int, recipients: int):
+    return OutgoingMessage(
+        sender=Mailbox(SENDER, "Shop"),
+        subject=f"layang {n}",
+        to=tuple(Mailbox(f"r{n}.{k}@rcpt.example") for k in range(recipients)),
         text=TEXT,
         html=HTML,
         date_ms=1_700_000_000_000,
