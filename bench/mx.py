@@ -9,8 +9,8 @@ A simulated internet on this machine: ``--sites`` MX hosts, each its own loopbac
 (127.0.0.2, 127.0.0.3 …) on one shared port, each an asyncio sink
 (``bench/support/latency_sink.py``'s: every reply ``--latency-ms`` after its command) counting
 the sessions open on it at once and its deliveries per second; ``--domains`` recipient domains
-spread evenly over the sites, named in a dnslib DNS server (``tests/dns_server.py``'s zone) with
-one MX record each.
+spread evenly over the sites, named in a dnslib DNS server (``tests/support/dns_server.py``'s
+zone) with one MX record each.
 
 Layang: ``LAYANG_RELAY_URL=mx:``, ``LAYANG_DNS_RESOLVER`` the DNS server, ``LAYANG_MX_PORT`` the
 port, and a shaping file (``LAYANG_SHAPING_FILE``) giving every site ``--limit`` sessions; the
@@ -274,8 +274,8 @@ def domain_name(domain: int) -> str:
 
 
 def start_dns(domains: int, sites: int, addresses: list[str]):
-    """A dnslib server (tests/dns_server.py's zone) on a free port: each domain's one MX host
-    (domain i on site i mod sites), each host's A record; long TTLs."""
+    """A dnslib server (tests/support/dns_server.py's zone) on a free port: each domain's one MX
+    host (domain i on site i mod sites), each host's A record; long TTLs."""
     from dnslib.server import DNSServer
 
     from tests.support.dns_server import QuietLogger, Zone, _free_port
