@@ -55,22 +55,25 @@ REQUIRED = "required"
 @dataclass(frozen=True)
 class TlsSettings:
     """What the policy look-ups need of the configuration; ``policy_port`` exists for tests
-    (policies are fetched on 443)."""
+    (policies are fetched on 443); ``allow_private`` lets policy hosts be on private networks
+    (``LAYANG_MX_ALLOW_PRIVATE``)."""
 
     dane: bool = False
     mx_port: int = 25
     cafile: str = ""
     policy_port: int = 443
     fetch_seconds: float = POLICY_FETCH_SECONDS
+    allow_private: bool = False
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> TlsSettings:
-        """The settings ``config`` gives (``LAYANG_DANE``, ``LAYANG_TLS_CAFILE``, and
-        ``LAYANG_MX_PORT`` where the configuration has it)."""
+        """The settings ``config`` gives (``LAYANG_DANE``, ``LAYANG_TLS_CAFILE``,
+        ``LAYANG_MX_PORT``, ``LAYANG_MX_ALLOW_PRIVATE``)."""
         values: dict[str, Any] = {
             "dane": config.dane and bool(config.dns_resolver),
             "cafile": config.tls_cafile,
-            "mx_port": getattr(config, "mx_port", 25),
+            "mx_port": config.mx_port,
+            "allow_private": config.mx_allow_private,
         }
         values.update(overrides)
         return cls(**values)
@@ -181,7 +184,9 @@ async def policy_for(
     domain = host_name(domain)
     hosts = tuple(mx_hosts)
     policy = TransportPolicy(domain, mx_hosts=hosts)
-    fetching = Fetching(settings.cafile, settings.policy_port, settings.fetch_seconds)
+    fetching = Fetching(
+        settings.cafile, settings.policy_port, settings.fetch_seconds, settings.allow_private
+    )
     sts, fetch_failure = await sts_policy(domain, resolver, fetching)
     if sts is not None and sts.mode in (ENFORCE, TESTING):
         policy = replace(policy, kind=MTA_STS, mode=sts.mode, sts=sts)

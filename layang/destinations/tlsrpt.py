@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import ipaddress
 import json
 import logging
 import secrets
@@ -35,6 +34,7 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, new_id, write_transaction
+from layang.destinations.addresses import Refused, host_refusal, resolve_blocking
 from layang.destinations.dns import lookup_resolver
 from layang.destinations.result_types import VALIDATION_FAILURE
 from layang.mail.dkim import covering_domain
@@ -230,6 +230,22 @@ def reporting_addresses(domain: str, config: Config) -> list[str]:
     ]
 
 
+def https_problem(uri: str, allow_private: bool) -> str | None:
+    """Why an ``https:`` rua URI is not one a report may be POSTed to as written (not https,
+    no host, a user name or password, a host refused by the address rules), or None. Its
+    host's addresses are checked again when it is resolved."""
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError as error:
+        return f"{uri[:100]!r} is not a valid URL ({error})"
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        return f"{uri[:100]!r} is not an https URL"
+    if parts.username is not None or parts.password is not None:
+        return f"{parts.hostname}: a report URL must not carry a user name or password"
+    return host_refusal(parts.hostname, allow_private)
+
+
 def sender_address(config: Config) -> str:
     """``LAYANG_TLSRPT_FROM``, by default ``tls-reports@<LAYANG_BOUNCE_DOMAIN>``."""
     return config.tlsrpt_from or f"tls-reports@{config.bounce_domain}"
@@ -326,20 +342,19 @@ def _mail_report(
 
 
 def _post_report(address: str, compressed: bytes, config: Config) -> str:
-    """POST the report (RFC 8460 section 5.4), the host looked up through
-    ``LAYANG_DNS_RESOLVER`` and its certificate checked for its name."""
+    """POST the report (RFC 8460 section 5.4) to the address its host resolves to through
+    ``LAYANG_DNS_RESOLVER``, checked as every host a recipient domain names is (public only,
+    unless ``LAYANG_MX_ALLOW_PRIVATE``: :mod:`layang.destinations.addresses`), its certificate
+    checked for its name, no redirects."""
+    problem = https_problem(address, config.mx_allow_private)
+    if problem is not None:
+        raise ValueError(problem)
     parts = urlsplit(address)
-    if parts.scheme.lower() != "https" or not parts.hostname:
-        raise ValueError(f"{address} is not an https URL")
-    host = parts.hostname
+    host = parts.hostname or ""
     try:
-        ipaddress.ip_address(host)
-        target = host
-    except ValueError:
-        try:
-            target = next(iter(_resolver(config).resolve(host, "A", search=False))).address
-        except (dns.exception.DNSException, OSError, StopIteration) as error:
-            raise ValueError(f"cannot resolve {host}: {error}") from None
+        target = str(resolve_blocking(host, config.mx_allow_private, _resolver(config)))
+    except Refused as refused:
+        raise ValueError(f"not posted: {refused}") from None
     literal = f"[{target}]" if ":" in target else target
     url = parts._replace(netloc=f"{literal}:{parts.port or 443}").geturl()
     with httpx.Client(
