@@ -38,7 +38,13 @@ from layang.destinations.addresses import Refused, host_refusal, resolve_blockin
 from layang.destinations.dns import lookup_resolver
 from layang.destinations.result_types import VALIDATION_FAILURE
 from layang.mail.dkim import covering_domain
-from layang.mail.message import SMTP_POLICY, domain_of
+from layang.mail.message import (
+    SMTP_POLICY,
+    InvalidAddress,
+    domain_of,
+    has_line_break,
+    normalize_address,
+)
 from layang.mail.outbox import Submission, enqueue
 from layang.models import LIVE, VERIFIED, Account, SendingDomain, TlsReport
 from layang.tls_trust import client_ssl_context
@@ -205,35 +211,79 @@ def _resolver(config: Config) -> dns.resolver.Resolver:
     return lookup_resolver(config, LOOKUP_SECONDS)
 
 
+MAX_RUA = 5
+"""At most this many ``rua`` URIs of a domain get its report: RFC 8460 sets no limit, and a
+record listing dozens would have Layang mail a report to each of them every day."""
+
+
 def reporting_addresses(domain: str, config: Config) -> list[str]:
-    """The ``rua`` URIs of ``domain``'s ``_smtp._tls`` TXT record (``mailto:`` and ``https:``
-    only), empty when it publishes none or the look-up fails."""
+    """The ``rua`` URIs ``domain``'s report goes to: those of :func:`reporting_targets`."""
+    return reporting_targets(domain, config)[0]
+
+
+def reporting_targets(domain: str, config: Config) -> tuple[list[str], list[str]]:
+    """(the ``rua`` URIs of ``domain``'s ``_smtp._tls`` TXT record a report may go to, why
+    each other one may not): ``mailto:`` with one valid address (written back normalised,
+    ``mailto:local@domain``), ``https:`` as :func:`https_problem` allows, the same one once,
+    at most ``MAX_RUA``. Both empty when the domain publishes no record or the look-up
+    fails."""
     resolver = _resolver(config)
     try:
         answer = resolver.resolve(
             f"_smtp._tls.{domain}", "TXT", raise_on_no_answer=False, search=False
         )
     except (dns.exception.DNSException, OSError):
-        return []
+        return [], []
     records = [b"".join(r.strings).decode("ascii", "replace") for r in (answer.rrset or ())]
     records = [r for r in records if r.replace(" ", "").startswith("v=TLSRPTv1;")]
     if len(records) != 1:
-        return []
+        return [], []
     fields = dict(
         (key.strip().lower(), value.strip())
         for key, _, value in (part.partition("=") for part in records[0].split(";"))
     )
-    return [
-        uri.strip()
-        for uri in fields.get("rua", "").split(",")
-        if uri.strip().lower().startswith(("mailto:", "https:"))
-    ]
+    usable: list[str] = []
+    refused: list[str] = []
+    for uri in (uri.strip() for uri in fields.get("rua", "").split(",")):
+        if not uri:
+            continue
+        target, problem = _rua_target(uri, config.mx_allow_private)
+        if problem is not None:
+            refused.append(problem)
+        elif target in usable:
+            continue
+        elif len(usable) >= MAX_RUA:
+            refused.append(f"{target}: more than {MAX_RUA} rua URIs; not used")
+        else:
+            usable.append(target)
+    return usable, refused
+
+
+def _rua_target(uri: str, allow_private: bool) -> tuple[str, str | None]:
+    """(the URI as used, why it may not be) of one ``rua`` entry."""
+    shown = repr(uri[:100])  # a refused URI is shown as data, never as lines of a log or reply
+    scheme = uri.partition(":")[0].lower()
+    if scheme == "https":
+        return uri, https_problem(uri, allow_private)
+    if scheme != "mailto":
+        return uri, f"{shown}: not a mailto: or https: URI"
+    address = unquote(uri[len("mailto:") :].split("?", 1)[0])
+    # As the API takes a recipient: one addr-spec, nothing that could end a line or a command.
+    if has_line_break(address) or any(c.isspace() or c == "," for c in address):
+        return uri, f"{shown}: not one email address"
+    try:
+        return f"mailto:{normalize_address(address)}", None
+    except InvalidAddress:
+        return uri, f"{shown}: not a valid email address"
 
 
 def https_problem(uri: str, allow_private: bool) -> str | None:
     """Why an ``https:`` rua URI is not one a report may be POSTed to as written (not https,
     no host, a user name or password, a host refused by the address rules), or None. Its
     host's addresses are checked again when it is resolved."""
+    if has_line_break(uri) or any(c.isspace() for c in uri):
+        # urlsplit would drop them silently, and the URI is stored and shown as written.
+        return f"{uri[:100]!r} is not a valid URL (white space)"
     try:
         parts = urlsplit(uri)
         parts.port  # noqa: B018 - raises for a port that is not a number
@@ -317,7 +367,7 @@ def _mail_report(
     config: Config,
     domain: str,
 ) -> str:
-    recipient = unquote(address[len("mailto:") :].split("?", 1)[0])
+    recipient = address[len("mailto:") :]  # normalised by reporting_targets
     sender = sender_address(config)
     transmission_id = new_id()
     message_id = f"<{transmission_id}@{domain_of(sender)}>"
@@ -416,15 +466,17 @@ def _send_one(config: Config, day: str, domain: str, rows: list[SessionCount]) -
             )
     except peewee.IntegrityError:
         return ReportOutcome(domain, "taken", "already sent or being sent")
-    addresses = reporting_addresses(domain, config)
+    addresses, refused = reporting_targets(domain, config)
     if not addresses:
+        if refused:
+            return _finish(claim, ReportOutcome(domain, "failed", "; ".join(refused)), [])
         return _finish(claim, ReportOutcome(domain, "no-rua", "no _smtp._tls record"), [])
     report = report_json(
         domain, day, rows, organization=submitter, contact=sender, report_id=report_id
     )
     compressed = gzip.compress(json.dumps(report, separators=(",", ":")).encode(), mtime=0)
     filename = report_filename(submitter, domain, day, unique)
-    results, failed = [], []
+    results, failed = [], list(refused)
     for address in addresses:
         try:
             if address.lower().startswith("mailto:"):
