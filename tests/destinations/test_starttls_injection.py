@@ -65,3 +65,15 @@ def test_a_forged_requiretls_acceptance_is_never_a_delivery(client, auth, intern
     assert "FORGED" not in detail["reply"]
     assert Event.select().where(Event.status == "Delivery").count() == 0
     assert mx.received == []
+
+
+def test_the_next_host_takes_the_mail_from_an_injecting_one(client, auth, internet, mx_config, ca):
+    internet.domain(DOMAIN, (10, MX), (20, f"mx2.{DOMAIN}"))
+    first = internet.server(MX, tls_context=ca.server_context(MX))
+    first.starttls_injection = REFUSAL
+    second = internet.server(f"mx2.{DOMAIN}", tls_context=ca.server_context(f"mx2.{DOMAIN}"))
+    status, detail = deliver_one(client, auth, mx_config)  # no policy: opportunistic TLS
+    assert status == "Delivery", detail
+    assert detail["host"] == f"mx2.{DOMAIN}" and detail["tls"]["version"].startswith("TLS")
+    assert first.received == [] and len(second.received) == 1
+    assert Suppression.select().count() == 0
