@@ -454,6 +454,7 @@ def main() -> None:
             LAYANG_RELAY_URL="mx:",
             LAYANG_DNS_RESOLVER=resolver,
             LAYANG_MX_PORT=str(port),
+            LAYANG_MX_ALLOW_PRIVATE="true",  # the bench's MX hosts are on private addresses
             LAYANG_SHAPING_FILE=str(shaping_file(base / "shaping.toml", args.sites, args.limit)),
             LAYANG_EHLO_NAME="bench.sender.example",
         )

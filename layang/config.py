@@ -398,6 +398,10 @@ class Config:
     # at the cap.
     shaping_file: str = _setting("LAYANG_SHAPING_FILE", shown="unset (built-in rules)", default="")
     mx_port: int = _setting("LAYANG_MX_PORT", _integer, default=25)
+    # Recipient domains name the hosts Layang connects to (MX hosts, MTA-STS policy hosts,
+    # TLS-RPT endpoints): only public addresses unless private networks are allowed (tests,
+    # private deployments); link-local IPv4 and cloud metadata addresses never.
+    mx_allow_private: bool = _setting("LAYANG_MX_ALLOW_PRIVATE", _boolean, default=False)
     source_addresses: tuple[tuple[str, str], ...] = _setting(
         "LAYANG_SOURCE_ADDRESSES",
         _source_addresses,

@@ -58,6 +58,8 @@ def config(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Conf
         retry_base_seconds=0.05,
         lease_seconds=5,
         worker_poll_seconds=0.05,
+        # The simulated internet's hosts (MX, MTA-STS, TLS-RPT) are on loopback addresses.
+        mx_allow_private=True,
     )
 
 

@@ -108,6 +108,7 @@ DELIVERY = (
     "webhook_retry_schedule",
     "webhook_allow_private",
     "mx_port",
+    "mx_allow_private",
     "dns_resolver",  # MX look-ups, and where webhook hosts are resolved
     "source_addresses",
     "ehlo_name",
@@ -598,7 +599,14 @@ class domain_errors:
         return False
 
 
-TLSRPT = ("tlsrpt", "tlsrpt_from", "bounce_domain", "dns_resolver", "tls_cafile")
+TLSRPT = (
+    "tlsrpt",
+    "tlsrpt_from",
+    "bounce_domain",
+    "dns_resolver",
+    "tls_cafile",
+    "mx_allow_private",
+)
 
 
 @main.group("tlsrpt")

@@ -58,6 +58,20 @@ class ReplyReader(asyncio.Protocol):
                 raise Lost(self.failure or f"timed out after {timeout:g}s talking to {self.where}")
         return self.ready.popleft()
 
+    @property
+    def pending(self) -> int:
+        """How many bytes came that no reply has been taken for: whole replies not read yet,
+        lines of a reply not ended, part of a line."""
+        unread = sum(4 + len(text) for _, text in self.ready)
+        return unread + sum(len(line) + 1 for line in self.lines) + len(self.buffer)
+
+    def forget(self) -> None:
+        """Start over with nothing read, as a new connection would (the TLS phase after
+        STARTTLS: RFC 3207 section 4.2)."""
+        self.buffer.clear()
+        self.lines = []
+        self.ready.clear()
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
 

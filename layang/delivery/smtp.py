@@ -237,6 +237,10 @@ class SmtpSession:
                 raise Refused("tls", code, f"{reply} (TLS is required)")
             return False
         assert self._transport is not None and self._replies is not None
+        # Whatever came behind the 220 was written before TLS, by the server or by anyone on
+        # the path, to be read as the TLS phase's replies (the STARTTLS injection of
+        # CVE-2011-0411): a protocol error, never data. RFC 3207 section 4.2.
+        self._refuse_unsolicited("after its 220 to STARTTLS")
         loop = asyncio.get_running_loop()
         try:
             transport = await asyncio.wait_for(
@@ -259,9 +263,27 @@ class SmtpSession:
         if transport is None:
             raise Refused("tls", 0, f"TLS with {self.where} failed: the connection closed")
         self._transport = transport
+        # Plaintext that came while the handshake was being set up, or anything the server
+        # said inside TLS before our EHLO, is as unsolicited; the TLS phase then starts with
+        # nothing read, and only the EHLO sent inside it says what the server offers.
+        self._refuse_unsolicited("before the TLS handshake ended")
+        self._replies.forget()
+        self.extensions = {}
         self._note_tls()
         await self._hello()
         return True
+
+    def _refuse_unsolicited(self, when: str) -> None:
+        """Drop the session when the server sent bytes no command asked for (raises
+        :class:`Refused`, kind ``tls``: the caller tries another host or defers)."""
+        assert self._replies is not None
+        pending = self._replies.pending
+        if not pending:
+            return
+        reason = f"{self.where} sent {pending} unsolicited bytes {when}; the session was dropped"
+        self.tls_error = ConnectionError(reason)
+        self._abort()
+        raise Refused("tls", 0, reason)
 
     def _note_tls(self) -> None:
         assert self._transport is not None

@@ -25,6 +25,7 @@ import httpx
 
 from layang.clock import now_ms
 from layang.db import database, write_transaction
+from layang.destinations.addresses import IpAddress, Refused, checked
 from layang.destinations.certificates import wildcard_matches
 from layang.destinations.result_types import (
     STS_POLICY_FETCH_ERROR,
@@ -86,11 +87,14 @@ class PolicyFetchError(Exception):
 @dataclass(frozen=True)
 class Fetching:
     """How policies are fetched: trusting the system CAs and ``cafile``
-    (``LAYANG_TLS_CAFILE``), from ``port`` (443; another for tests), within ``seconds``."""
+    (``LAYANG_TLS_CAFILE``), from ``port`` (443; another for tests), within ``seconds``, from
+    public addresses only unless ``allow_private`` (``LAYANG_MX_ALLOW_PRIVATE``; see
+    :mod:`layang.destinations.addresses`)."""
 
     cafile: str = ""
     port: int = 443
     seconds: float = POLICY_FETCH_SECONDS
+    allow_private: bool = False
 
 
 async def sts_policy(
@@ -153,7 +157,7 @@ async def _fetch_policy(
     host = f"mta-sts.{domain}"
     try:
         async with asyncio.timeout(fetching.seconds):
-            address = await _address_of(host, resolver)
+            address = await _address_of(host, resolver, fetching.allow_private)
             text = await _get_policy_text(host, address, fetching)
     except TimeoutError:
         raise PolicyFetchError(
@@ -162,7 +166,10 @@ async def _fetch_policy(
     return parse_policy(text, record_id)
 
 
-async def _address_of(host: str, resolver: dns.asyncresolver.Resolver) -> str:
+async def _address_of(host: str, resolver: dns.asyncresolver.Resolver, allow_private: bool) -> str:
+    """The address to fetch ``host``'s policy from: every address it has must be one Layang
+    may connect to (a recipient domain names it; RFC 8461 leaves where it points to them)."""
+    found: list[IpAddress] = []
     for rdtype in ("A", "AAAA"):
         try:
             answer = await resolver.resolve(host, rdtype, raise_on_no_answer=False, search=False)
@@ -172,9 +179,11 @@ async def _address_of(host: str, resolver: dns.asyncresolver.Resolver) -> str:
             raise PolicyFetchError(
                 STS_POLICY_FETCH_ERROR, f"cannot resolve {host}: {error}"
             ) from None
-        if answer.rrset:
-            return answer.rrset[0].address
-    raise PolicyFetchError(STS_POLICY_FETCH_ERROR, f"{host} has no address")
+        found.extend(ipaddress.ip_address(record.address) for record in answer.rrset or ())
+    try:
+        return str(checked(host, found, allow_private))
+    except Refused as refused:
+        raise PolicyFetchError(STS_POLICY_FETCH_ERROR, f"not fetched: {refused}") from None
 
 
 async def _get_policy_text(host: str, address: str, fetching: Fetching) -> str:

@@ -24,6 +24,7 @@ import dns.resolver
 from layang.clock import now_ms
 from layang.config import Config, parse_resolvers
 from layang.db import write_transaction
+from layang.destinations.addresses import REFUSED_ADDRESS, allowed_addresses
 from layang.destinations.dns import mx_resolver
 from layang.destinations.shaping import Shaping, SiteRule
 from layang.models import MxDomain
@@ -81,6 +82,14 @@ def no_domain(domain: str, why: str = "does not exist (NXDOMAIN)") -> MxFailure:
     return MxFailure(NO_DOMAIN, 550, f"550 5.1.2 Recipient domain {domain} {why}")
 
 
+def unusable(domain: str, why: str) -> MxFailure:
+    """No MX host of ``domain`` has an address Layang may connect to (a ``Delay``, like a
+    domain whose hosts have no address at all); ``why`` never names a refused address."""
+    return MxFailure(
+        TEMPORARY, 451, f"451 4.4.4 No usable mail server for {domain}: {why}; will retry"
+    )
+
+
 def temporary(domain: str, why: str) -> MxFailure:
     return MxFailure(
         TEMPORARY, 451, f"451 4.4.3 The DNS look-up of {domain} failed ({why}); will retry"
@@ -104,8 +113,18 @@ class MxResolver:
     (``host:port[,host:port…]``, as ``LAYANG_DNS_RESOLVER``; None: the system's resolver).
     One instance serves an event loop; answers are cached here per TTL, with the site."""
 
-    def __init__(self, nameserver: str | None, shaping: Shaping, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        nameserver: str | None,
+        shaping: Shaping,
+        timeout: float = 10.0,
+        *,
+        allow_private: bool = False,
+    ) -> None:
         self.shaping = shaping
+        # Addresses outside the public internet are left out of every host (``allow_private``:
+        # LAYANG_MX_ALLOW_PRIVATE), as if the host did not have them.
+        self.allow_private = allow_private
         servers = parse_resolvers(nameserver, "LAYANG_DNS_RESOLVER") if nameserver else ()
         self.resolver = mx_resolver(servers, timeout)
         self._cache: dict[str, _Cached] = {}
@@ -118,7 +137,7 @@ class MxResolver:
 
     @classmethod
     def from_config(cls, config: Config, shaping: Shaping) -> MxResolver:
-        return cls(config.dns_resolver or None, shaping)
+        return cls(config.dns_resolver or None, shaping, allow_private=config.mx_allow_private)
 
     async def resolve(self, domain: str) -> Destination:
         """The destination of ``domain``; raises ``MxFailure`` when it has none (null MX,
@@ -170,10 +189,13 @@ class MxResolver:
         if answer is None or answer.rrset is None:
             # No MX: the domain itself is the mail server (RFC 5321 §5.1), if it has an address.
             addresses, ttl, problem = await self._addresses(domain)
-            if addresses:
-                return _cached(min(ttl, _ttl(answer)), groups=((MxHost(domain, 0, addresses),),))
+            usable = allowed_addresses(addresses, self.allow_private)
+            if usable:
+                return _cached(min(ttl, _ttl(answer)), groups=((MxHost(domain, 0, usable),),))
             if problem:
                 raise temporary(domain, problem)
+            if addresses:
+                raise unusable(domain, f"{domain} resolves to {REFUSED_ADDRESS} only")
             raise no_domain(domain, "has no mail server (no MX, A or AAAA record)")
         # A null MX stands alone (RFC 7505 §3); beside real ones it is a mistake, skipped.
         records = sorted(
@@ -189,17 +211,22 @@ class MxResolver:
         ttl = answer.rrset.ttl
         looked_up = await asyncio.gather(*(self._addresses(name) for _, name in records))
         groups: dict[int, list[MxHost]] = {}
-        problems = []
+        problems, refused = [], []
         for (preference, name), (addresses, host_ttl, problem) in zip(
             records, looked_up, strict=True
         ):
             if problem:
                 problems.append(f"{name}: {problem}")
-            if addresses:
-                groups.setdefault(preference, []).append(MxHost(name, preference, addresses))
+            usable = allowed_addresses(addresses, self.allow_private)
+            if usable:
+                groups.setdefault(preference, []).append(MxHost(name, preference, usable))
                 ttl = min(ttl, host_ttl)
+            elif addresses:
+                refused.append(f"{name} resolves to {REFUSED_ADDRESS} only")
         if not groups:
-            why = "; ".join(problems) if problems else "no MX host has an address"
+            if refused and not problems:
+                raise unusable(domain, "; ".join(refused))
+            why = "; ".join(problems + refused) if problems else "no MX host has an address"
             raise temporary(domain, why)
         return _cached(ttl, groups=tuple(tuple(groups[p]) for p in sorted(groups)))
 

@@ -55,22 +55,25 @@ REQUIRED = "required"
 @dataclass(frozen=True)
 class TlsSettings:
     """What the policy look-ups need of the configuration; ``policy_port`` exists for tests
-    (policies are fetched on 443)."""
+    (policies are fetched on 443); ``allow_private`` lets policy hosts be on private networks
+    (``LAYANG_MX_ALLOW_PRIVATE``)."""
 
     dane: bool = False
     mx_port: int = 25
     cafile: str = ""
     policy_port: int = 443
     fetch_seconds: float = POLICY_FETCH_SECONDS
+    allow_private: bool = False
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> TlsSettings:
-        """The settings ``config`` gives (``LAYANG_DANE``, ``LAYANG_TLS_CAFILE``, and
-        ``LAYANG_MX_PORT`` where the configuration has it)."""
+        """The settings ``config`` gives (``LAYANG_DANE``, ``LAYANG_TLS_CAFILE``,
+        ``LAYANG_MX_PORT``, ``LAYANG_MX_ALLOW_PRIVATE``)."""
         values: dict[str, Any] = {
             "dane": config.dane and bool(config.dns_resolver),
             "cafile": config.tls_cafile,
-            "mx_port": getattr(config, "mx_port", 25),
+            "mx_port": config.mx_port,
+            "allow_private": config.mx_allow_private,
         }
         values.update(overrides)
         return cls(**values)
@@ -86,7 +89,8 @@ class TransportPolicy:
     ``skipped`` those an enforced MTA-STS policy rules out. ``tlsa`` holds the usable TLSA
     records of each MX host with a secure TLSA answer (an empty tuple: records exist but none is
     usable, so TLS is required without authentication). ``host_failures`` names the hosts that
-    cannot be used now and why (a TLSA look-up that failed for a signed zone). ``fetch_failure``
+    cannot be used now and why (a TLSA look-up that failed for a signed zone: RFC 7672 section
+    2.2), which are left out of ``mx_hosts``. ``fetch_failure``
     says why a published MTA-STS policy could not be fetched (then ``kind`` falls back).
     """
 
@@ -110,6 +114,15 @@ class TransportPolicy:
     def allows(self, host: str) -> bool:
         """Whether MX ``host`` may be tried at all."""
         return host_name(host) in {host_name(h) for h in self.mx_hosts}
+
+    def no_host_reason(self) -> str:
+        """Why none of the domain's MX hosts may be tried, as a ``Delay``'s reply text says it
+        (``451 4.7.5`` goes before it)."""
+        why = [f"{host}: {reason}" for host, reason in sorted(self.host_failures.items())]
+        if self.skipped:
+            why.append(f"{', '.join(self.skipped)}: not in its MTA-STS policy")
+        listed = "; ".join(why) or "none is left to try"
+        return f"no MX host of {self.domain} may be used: {listed}"
 
     def host_kind(self, host: str) -> str:
         """The policy that governs a session with ``host``: DANE outranks MTA-STS."""
@@ -171,7 +184,9 @@ async def policy_for(
     domain = host_name(domain)
     hosts = tuple(mx_hosts)
     policy = TransportPolicy(domain, mx_hosts=hosts)
-    fetching = Fetching(settings.cafile, settings.policy_port, settings.fetch_seconds)
+    fetching = Fetching(
+        settings.cafile, settings.policy_port, settings.fetch_seconds, settings.allow_private
+    )
     sts, fetch_failure = await sts_policy(domain, resolver, fetching)
     if sts is not None and sts.mode in (ENFORCE, TESTING):
         policy = replace(policy, kind=MTA_STS, mode=sts.mode, sts=sts)
@@ -185,12 +200,15 @@ async def policy_for(
     if settings.dane:
         tlsa, failures = await tlsa_records(domain, hosts, resolver, settings.mx_port)
         if tlsa or failures:
-            # DANE outranks MTA-STS: every host is tried, each under its own records.
+            # DANE outranks MTA-STS: every host is tried, each under its own records, except
+            # those whose TLSA look-up failed: whether they demand TLS cannot be known, so
+            # they are not used at all (RFC 7672 section 2.2), never in plaintext. A policy
+            # with such hosts is DANE even without records, so its sessions are its own.
             policy = replace(
                 policy,
-                kind=DANE if tlsa else policy.kind,
-                mode=ENFORCE if tlsa else policy.mode,
-                mx_hosts=hosts,
+                kind=DANE,
+                mode=ENFORCE,
+                mx_hosts=tuple(h for h in hosts if host_name(h) not in failures),
                 skipped=(),
                 tlsa=tlsa,
                 host_failures=failures,
@@ -261,8 +279,11 @@ def check_session(
     plain = {"version": None, "cipher": None, "verified": False, "policy": NONE}
     if not policy.allows(host) and host in {host_name(h) for h in policy.skipped}:
         return refuse(None, VALIDATION_FAILURE, f"MX host {host} does not match the MTA-STS policy")
-    if host in policy.host_failures:
-        return refuse(None, DNSSEC_INVALID, policy.host_failures[host])
+    if host in policy.host_failures and requirement != TLS_OPTIONAL:
+        # Whatever else governs the session, a host of unknown DANE state carries no mail.
+        reason = policy.host_failures[host]
+        reply = f"451 4.7.5 {reason} (DANE of {policy.domain})"
+        return TlsCheck(False, None, reply, False, DNSSEC_INVALID, reason)
     if ssl_object is None:
         if not advertised_starttls:
             reason = f"{host} does not offer STARTTLS"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import ipaddress
 import json
 import logging
 import secrets
@@ -35,10 +34,17 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, new_id, write_transaction
+from layang.destinations.addresses import Refused, host_refusal, resolve_blocking
 from layang.destinations.dns import lookup_resolver
 from layang.destinations.result_types import VALIDATION_FAILURE
 from layang.mail.dkim import covering_domain
-from layang.mail.message import SMTP_POLICY, domain_of
+from layang.mail.message import (
+    SMTP_POLICY,
+    InvalidAddress,
+    domain_of,
+    has_line_break,
+    normalize_address,
+)
 from layang.mail.outbox import Submission, enqueue
 from layang.models import LIVE, VERIFIED, Account, SendingDomain, TlsReport
 from layang.tls_trust import client_ssl_context
@@ -205,29 +211,89 @@ def _resolver(config: Config) -> dns.resolver.Resolver:
     return lookup_resolver(config, LOOKUP_SECONDS)
 
 
+MAX_RUA = 5
+"""At most this many ``rua`` URIs of a domain get its report: RFC 8460 sets no limit, and a
+record listing dozens would have Layang mail a report to each of them every day."""
+
+
 def reporting_addresses(domain: str, config: Config) -> list[str]:
-    """The ``rua`` URIs of ``domain``'s ``_smtp._tls`` TXT record (``mailto:`` and ``https:``
-    only), empty when it publishes none or the look-up fails."""
+    """The ``rua`` URIs ``domain``'s report goes to: those of :func:`reporting_targets`."""
+    return reporting_targets(domain, config)[0]
+
+
+def reporting_targets(domain: str, config: Config) -> tuple[list[str], list[str]]:
+    """(the ``rua`` URIs of ``domain``'s ``_smtp._tls`` TXT record a report may go to, why
+    each other one may not): ``mailto:`` with one valid address (written back normalised,
+    ``mailto:local@domain``), ``https:`` as :func:`https_problem` allows, the same one once,
+    at most ``MAX_RUA``. Both empty when the domain publishes no record or the look-up
+    fails."""
     resolver = _resolver(config)
     try:
         answer = resolver.resolve(
             f"_smtp._tls.{domain}", "TXT", raise_on_no_answer=False, search=False
         )
     except (dns.exception.DNSException, OSError):
-        return []
+        return [], []
     records = [b"".join(r.strings).decode("ascii", "replace") for r in (answer.rrset or ())]
     records = [r for r in records if r.replace(" ", "").startswith("v=TLSRPTv1;")]
     if len(records) != 1:
-        return []
+        return [], []
     fields = dict(
         (key.strip().lower(), value.strip())
         for key, _, value in (part.partition("=") for part in records[0].split(";"))
     )
-    return [
-        uri.strip()
-        for uri in fields.get("rua", "").split(",")
-        if uri.strip().lower().startswith(("mailto:", "https:"))
-    ]
+    usable: list[str] = []
+    refused: list[str] = []
+    for uri in (uri.strip() for uri in fields.get("rua", "").split(",")):
+        if not uri:
+            continue
+        target, problem = _rua_target(uri, config.mx_allow_private)
+        if problem is not None:
+            refused.append(problem)
+        elif target in usable:
+            continue
+        elif len(usable) >= MAX_RUA:
+            refused.append(f"{target}: more than {MAX_RUA} rua URIs; not used")
+        else:
+            usable.append(target)
+    return usable, refused
+
+
+def _rua_target(uri: str, allow_private: bool) -> tuple[str, str | None]:
+    """(the URI as used, why it may not be) of one ``rua`` entry."""
+    shown = repr(uri[:100])  # a refused URI is shown as data, never as lines of a log or reply
+    scheme = uri.partition(":")[0].lower()
+    if scheme == "https":
+        return uri, https_problem(uri, allow_private)
+    if scheme != "mailto":
+        return uri, f"{shown}: not a mailto: or https: URI"
+    address = unquote(uri[len("mailto:") :].split("?", 1)[0])
+    # As the API takes a recipient: one addr-spec, nothing that could end a line or a command.
+    if has_line_break(address) or any(c.isspace() or c == "," for c in address):
+        return uri, f"{shown}: not one email address"
+    try:
+        return f"mailto:{normalize_address(address)}", None
+    except InvalidAddress:
+        return uri, f"{shown}: not a valid email address"
+
+
+def https_problem(uri: str, allow_private: bool) -> str | None:
+    """Why an ``https:`` rua URI is not one a report may be POSTed to as written (not https,
+    no host, a user name or password, a host refused by the address rules), or None. Its
+    host's addresses are checked again when it is resolved."""
+    if has_line_break(uri) or any(c.isspace() for c in uri):
+        # urlsplit would drop them silently, and the URI is stored and shown as written.
+        return f"{uri[:100]!r} is not a valid URL (white space)"
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError as error:
+        return f"{uri[:100]!r} is not a valid URL ({error})"
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        return f"{uri[:100]!r} is not an https URL"
+    if parts.username is not None or parts.password is not None:
+        return f"{parts.hostname}: a report URL must not carry a user name or password"
+    return host_refusal(parts.hostname, allow_private)
 
 
 def sender_address(config: Config) -> str:
@@ -301,7 +367,7 @@ def _mail_report(
     config: Config,
     domain: str,
 ) -> str:
-    recipient = unquote(address[len("mailto:") :].split("?", 1)[0])
+    recipient = address[len("mailto:") :]  # normalised by reporting_targets
     sender = sender_address(config)
     transmission_id = new_id()
     message_id = f"<{transmission_id}@{domain_of(sender)}>"
@@ -326,20 +392,19 @@ def _mail_report(
 
 
 def _post_report(address: str, compressed: bytes, config: Config) -> str:
-    """POST the report (RFC 8460 section 5.4), the host looked up through
-    ``LAYANG_DNS_RESOLVER`` and its certificate checked for its name."""
+    """POST the report (RFC 8460 section 5.4) to the address its host resolves to through
+    ``LAYANG_DNS_RESOLVER``, checked as every host a recipient domain names is (public only,
+    unless ``LAYANG_MX_ALLOW_PRIVATE``: :mod:`layang.destinations.addresses`), its certificate
+    checked for its name, no redirects."""
+    problem = https_problem(address, config.mx_allow_private)
+    if problem is not None:
+        raise ValueError(problem)
     parts = urlsplit(address)
-    if parts.scheme.lower() != "https" or not parts.hostname:
-        raise ValueError(f"{address} is not an https URL")
-    host = parts.hostname
+    host = parts.hostname or ""
     try:
-        ipaddress.ip_address(host)
-        target = host
-    except ValueError:
-        try:
-            target = next(iter(_resolver(config).resolve(host, "A", search=False))).address
-        except (dns.exception.DNSException, OSError, StopIteration) as error:
-            raise ValueError(f"cannot resolve {host}: {error}") from None
+        target = str(resolve_blocking(host, config.mx_allow_private, _resolver(config)))
+    except Refused as refused:
+        raise ValueError(f"not posted: {refused}") from None
     literal = f"[{target}]" if ":" in target else target
     url = parts._replace(netloc=f"{literal}:{parts.port or 443}").geturl()
     with httpx.Client(
@@ -401,15 +466,17 @@ def _send_one(config: Config, day: str, domain: str, rows: list[SessionCount]) -
             )
     except peewee.IntegrityError:
         return ReportOutcome(domain, "taken", "already sent or being sent")
-    addresses = reporting_addresses(domain, config)
+    addresses, refused = reporting_targets(domain, config)
     if not addresses:
+        if refused:
+            return _finish(claim, ReportOutcome(domain, "failed", "; ".join(refused)), [])
         return _finish(claim, ReportOutcome(domain, "no-rua", "no _smtp._tls record"), [])
     report = report_json(
         domain, day, rows, organization=submitter, contact=sender, report_id=report_id
     )
     compressed = gzip.compress(json.dumps(report, separators=(",", ":")).encode(), mtime=0)
     filename = report_filename(submitter, domain, day, unique)
-    results, failed = [], []
+    results, failed = [], list(refused)
     for address in addresses:
         try:
             if address.lower().startswith("mailto:"):

@@ -4,8 +4,9 @@ A request carries ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`
 the base64 HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` keyed with the base64-decoded part of the
 secret after ``whsec_``, one signature per secret in force, space-separated.
 
-Where a request may go: only ``https://`` URLs whose host resolves to public addresses
-(``allow_private`` lifts that for development and tests, and allows ``http://``). The host is
+Where a request may go: only ``https://`` URLs whose host resolves to public addresses, by the
+address rules every outbound connection follows (:mod:`layang.destinations.addresses`;
+``allow_private`` lifts them for development and tests, and allows ``http://``). The host is
 resolved at every delivery and the connection made to the very address that was checked, with
 TLS still verified against the host name, so a name cannot be re-pointed between the check and
 the connection.
@@ -17,20 +18,21 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
-import re
 import secrets
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-import dns.asyncresolver
-import dns.exception
-import dns.resolver
 import httpx
 
-from layang.destinations.dns import async_resolver
+from layang.destinations.addresses import (
+    IpAddress,
+    Refused,
+    Resolver,
+    host_refusal,
+    numeric_ipv4_form,
+    resolve,
+)
 from layang.models import WebhookEndpoint
 from layang.sealing import unseal
 
@@ -38,31 +40,6 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 TIMEOUT_SECONDS = 10.0
 # What is kept of an endpoint's answer, as the attempt's error text.
 RESPONSE_BYTES_KEPT = 4096
-
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-# Cloud metadata services: never a destination, not even with private addresses allowed, nor is
-# any IPv4 link-local address (where such services live). IPv6 forms carrying an IPv4 address
-# (mapped, NAT64, 6to4) are judged by that address.
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(address)
-    for address in (
-        "169.254.169.254",
-        "169.254.170.2",
-        "fd00:ec2::254",
-        "100.100.100.200",
-        "168.63.129.16",
-    )
-)
-_LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
-# What a delivery error says of a refused address: never the address itself, which an account
-# could use to map internal names.
-REFUSED_ADDRESS = "a private address"
-# A host whose last label is a number is read as an IPv4 address by URL parsers (WHATWG) and
-# resolvers alike, in forms such as 2130706433, 0x7f.1, 127.1 or 0177.0.0.1.
-_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 
 
 def new_secret() -> str:
@@ -111,41 +88,6 @@ def signed_headers(
 # -- where a request may go ---------------------------------------------------------------------
 
 
-def embedded_ipv4(address: IpAddress) -> IpAddress:
-    """The IPv4 address an IPv6 address stands for (IPv4-mapped, NAT64, 6to4), else itself."""
-    if isinstance(address, ipaddress.IPv4Address):
-        return address
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if any(address in network for network in _NAT64):
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return address
-
-
-def address_refusal(address: IpAddress, allow_private: bool) -> str | None:
-    """Why a request may not go to ``address``, or None when it may."""
-    address = embedded_ipv4(address)
-    if address in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if allow_private:
-        return "a link-local address" if address in _LINK_LOCAL_V4 else None
-    for refused, name in (
-        (address.is_loopback, "a loopback address"),
-        (address.is_unspecified, "an unspecified address"),
-        (address.is_link_local, "a link-local address"),
-        (address.is_multicast, "a multicast address"),
-        (address in _CGNAT, "a shared (CGNAT) address"),
-        (address.is_reserved, "a reserved address"),
-        (address.is_private, "a private address"),
-        (not address.is_global, "not a public address"),
-    ):
-        if refused:
-            return name
-    return None
-
-
 PRIVATE_HINT = (
     " For local development, set LAYANG_WEBHOOK_ALLOW_PRIVATE=true to allow http:// and "
     "private addresses."
@@ -172,79 +114,16 @@ def url_problem(url: str, allow_private: bool) -> str | None:
         return "Must not carry a user name or password."
     if port == 0:
         return "Port 0 is not a port."
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        if _NUMERIC_LABEL.match(host.rstrip(".").rpartition(".")[2]):
-            return (
-                f"{host} is a numeric form of an IPv4 address; write an address as four "
-                "decimal numbers (such as 192.0.2.10) or use a host name."
-            )
-        if not allow_private and (host == "localhost" or host.endswith(".localhost")):
-            return f"{host} is a loopback name; use a public address." + PRIVATE_HINT
-        return None
-    refusal = address_refusal(address, allow_private)
+    refusal = host_refusal(host, allow_private)
     if refusal is None:
         return None
-    hint = PRIVATE_HINT if address_refusal(address, True) is None else ""
-    return f"{host} is {refusal}; use a public address." + hint
-
-
-class Refused(Exception):
-    """The endpoint's URL may not be used now (its host resolves to a refused address, or does
-    not resolve)."""
-
-
-class Resolver:
-    """Resolves endpoints' host names: at ``servers`` (``LAYANG_DNS_RESOLVER``) when given,
-    else with the system's resolver."""
-
-    def __init__(self, servers: Sequence[tuple[str, int]] = (), timeout: float = 5.0) -> None:
-        self.dns: dns.asyncresolver.Resolver | None = None
-        if servers:
-            # Not cached: every delivery checks what the name points at now.
-            self.dns = async_resolver(servers, timeout=timeout)
-
-    async def addresses(self, host: str, port: int) -> list[IpAddress]:
-        """Every address ``host`` resolves to, in order. Raises ``Refused``."""
-        try:
-            return [ipaddress.ip_address(host)]
-        except ValueError:
-            pass
-        if self.dns is None:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM
-                )
-            except (OSError, UnicodeError) as error:
-                raise Refused(f"could not resolve {host}: {error}") from None
-            found = [ipaddress.ip_address(info[4][0]) for info in infos]
-        else:
-            answers = await asyncio.gather(*(self._query(host, rdtype) for rdtype in ("A", "AAAA")))
-            found = [address for answer in answers for address in answer]
-        return list(dict.fromkeys(found))
-
-    async def _query(self, host: str, rdtype: str) -> list[IpAddress]:
-        assert self.dns is not None
-        try:
-            answer = await self.dns.resolve(host, rdtype, raise_on_no_answer=False, search=False)
-        except dns.resolver.NXDOMAIN:
-            raise Refused(f"could not resolve {host}: no such name") from None
-        except dns.exception.DNSException as error:
-            raise Refused(f"could not resolve {host}: {error}") from None
-        return [ipaddress.ip_address(record.to_text()) for record in answer.rrset or ()]
-
-
-async def resolve(host: str, port: int, allow_private: bool, resolver: Resolver) -> IpAddress:
-    """The address to connect to for ``host``: every address it resolves to must be allowed
-    (one refused address refuses the host: a name serving both is not trusted). Raises
-    ``Refused``, whose text never names a refused address."""
-    addresses = await resolver.addresses(host, port)
-    if not addresses:
-        raise Refused(f"{host} has no address")
-    if any(address_refusal(address, allow_private) for address in addresses):
-        raise Refused(f"{host} resolves to {REFUSED_ADDRESS}")
-    return addresses[0]
+    if numeric_ipv4_form(host):
+        return (
+            f"{refusal}; write an address as four decimal numbers (such as 192.0.2.10) "
+            "or use a host name."
+        )
+    hint = PRIVATE_HINT if host_refusal(host, True) is None else ""
+    return f"{refusal}; use a public address." + hint
 
 
 # -- one POST -------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ def process_env(config, **extra):
         LAYANG_WORKER_POLL_SECONDS="0.05",
         LAYANG_RETRY_BASE_SECONDS="0.1",
         LAYANG_INBOUND_BIND=f"127.0.0.1:{free_port()}",
+        LAYANG_MX_ALLOW_PRIVATE=str(config.mx_allow_private).lower(),
         PYTHONUNBUFFERED="1",
     )
     env.update({k: str(v) for k, v in extra.items()})

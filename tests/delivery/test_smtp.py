@@ -339,6 +339,37 @@ def test_tls_required_without_starttls_is_refused(upstream, sessions):
     assert verbs(upstream, "MAIL") == []
 
 
+# Replies a man in the middle writes behind the 220 to STARTTLS, before the handshake
+# (CVE-2011-0411): read as the TLS phase's, they would offer REQUIRETLS and refuse the mail.
+INJECTED = b"250-upstream.test\r\n250 REQUIRETLS\r\n550 5.1.1 no such user\r\n"
+
+
+@pytest.mark.parametrize("options", ["", "?tls=required&verify=off"])
+def test_bytes_behind_the_starttls_220_drop_the_session(tls_upstream, sessions, options):
+    tls_upstream.starttls_injection = INJECTED
+    url = tls_upstream.url + options
+    client = sessions(url)
+    refused = refusal(client)
+    assert (refused.kind, refused.code) == ("tls", 0)
+    assert "after its 220 to STARTTLS" in refused.reply, refused.reply
+    assert client.session.closed
+    # Nothing after STARTTLS: no handshake (the server notes STARTTLS once it completes), no
+    # second EHLO, no envelope, no plaintext retry.
+    assert tls_upstream.attempts == [("EHLO", "relay.test")]
+    assert tls_upstream.connections == 1
+    assert tls_upstream.received == []
+
+
+def test_only_the_ehlo_after_tls_says_what_the_server_offers(certificate, clients):
+    # The plaintext EHLO offered REQUIRETLS (a downgrade-minded middlebox may add anything
+    # there); the server itself offers it only if its EHLO inside TLS says so.
+    with Upstream(tls_context=server_tls_context(*certificate)) as server:
+        client = clients(server.url)
+        assert client.session.tls_info is not None
+        assert not client.session.has("REQUIRETLS")
+        assert verbs(server, "EHLO") == ["relay.test", "relay.test"]
+
+
 def test_smtps_implicit_tls(certificate, clients):
     certfile, keyfile = certificate
     with Upstream(ssl_context=server_tls_context(certfile, keyfile), cafile=certfile) as server:

@@ -27,7 +27,7 @@ def failure(resolver, domain) -> MxFailure:
 
 @pytest.fixture
 def resolver(internet):
-    return MxResolver(internet.resolver, Shaping.load(None), timeout=2.0)
+    return MxResolver(internet.resolver, Shaping.load(None), timeout=2.0, allow_private=True)
 
 
 def test_hosts_come_in_preference_order_and_equals_in_random_order(internet, resolver):

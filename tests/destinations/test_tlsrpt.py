@@ -240,3 +240,60 @@ def test_the_command_sends_a_days_reports(reporting: Config, dns_zone: Zone) -> 
         runner.invoke(main, ["tlsrpt", "send", "--day", "2026-11-24"], env=env).stdout
     )
     assert {r["status"] for r in again["reports"]} == {"taken"}
+
+
+# -- what a rua list may ask for -------------------------------------------------------------
+
+
+def report_recipients() -> list[str]:
+    return sorted(r.address for r in Recipient.select())
+
+
+def test_at_most_five_rua_addresses_get_a_report(reporting: Config, dns_zone: Zone) -> None:
+    listed = ",".join(f"mailto:r{n}@third-party{n}.test" for n in range(42))
+    again = "mailto:r0@third-party0.test"  # the same address twice gets one report
+    dns_zone.add_txt(f"_smtp._tls.{DOMAIN}", f"v=TLSRPTv1; rua={again},{listed}")
+    record_the_day()
+    (outcome, _) = tlsrpt.send_reports(reporting, "2026-11-24")
+    assert outcome.status == "sent"
+    assert tlsrpt.MAX_RUA == 5
+    assert report_recipients() == [f"r{n}@third-party{n}.test" for n in range(5)]
+    assert Transmission.select().count() == 5
+    assert TlsReport.get(TlsReport.policy_domain == DOMAIN).rua.count("mailto:") == 5
+
+
+@pytest.mark.parametrize(
+    "invalid",
+    [
+        "mailto:a@bank.test%0D%0ARCPT%20TO:<victim@else.test>",
+        "mailto:a@bank.test\r\nRCPT TO:<victim@else.test>",  # raw, as TXT data may hold it
+        "mailto:a%0A@bank.test",
+        "mailto:two@bank.test%2Cvictim@else.test",
+        "mailto:a b@bank.test",
+        "mailto:no-at-sign",
+        "mailto:a@-bad-.test",
+        "mailto:a@bank.test%00",
+        "ftp://bank.test/reports",
+    ],
+)
+def test_invalid_rua_addresses_are_dropped_not_queued(
+    reporting: Config, dns_zone: Zone, invalid: str
+) -> None:
+    dns_zone.add_txt(f"_smtp._tls.{DOMAIN}", f"v=TLSRPTv1; rua={invalid},mailto:Reports@Bank.Test")
+    record_the_day()
+    (outcome, _) = tlsrpt.send_reports(reporting, "2026-11-24")
+    assert outcome.status == "sent", outcome
+    assert report_recipients() == ["Reports@bank.test"]
+    assert "\r" not in outcome.detail and "\n" not in outcome.detail
+    assert "victim" not in TlsReport.get(TlsReport.policy_domain == DOMAIN).rua
+
+
+def test_a_domain_whose_every_rua_is_invalid_gets_no_report(
+    reporting: Config, dns_zone: Zone
+) -> None:
+    dns_zone.add_txt(f"_smtp._tls.{DOMAIN}", "v=TLSRPTv1; rua=mailto:a@bank.test%0D%0AX")
+    record_the_day()
+    (outcome, _) = tlsrpt.send_reports(reporting, "2026-11-24")
+    assert outcome.status == "failed"
+    assert "not one email address" in outcome.detail
+    assert Transmission.select().count() == 0

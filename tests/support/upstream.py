@@ -174,6 +174,9 @@ class Upstream:
         self.data_delay = 0.0
         self.latency = 0.0  # seconds before every reply, the greeting included
         self.greeted: list[tuple[str, str]] = []  # (client address, EHLO name) per session
+        # Bytes written in the same write as the 220 to STARTTLS, before the handshake: what a
+        # man in the middle injects to have them read as replies of the TLS phase.
+        self.starttls_injection = b""
         self._slow: dict[str, float] = {}
         self._hung: set[str] = set()
         self._sessions: set[_TrackedSMTP] = set()  # touched only on the server's loop
@@ -517,6 +520,9 @@ class _TrackedSMTP(SMTP):
     async def push(self, status: Any) -> None:
         if self.upstream.latency:
             await asyncio.sleep(self.upstream.latency)
+        injection = self.upstream.starttls_injection
+        if injection and status == "220 Ready to start TLS":
+            status = status.encode() + b"\r\n" + injection.removesuffix(b"\r\n")
         await super().push(status)
 
     async def smtp_MAIL(self, arg: str) -> None:
