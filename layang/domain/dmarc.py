@@ -31,6 +31,9 @@ from layang.models import Account, DkimKey, DmarcRecord, DmarcReport, SendingDom
 log = logging.getLogger("layang.inbound")
 
 DEFAULT_DAYS = 30
+OTHER_SOURCES = "*"
+"""The source address of a report's rows past its cap on rows (``MAX_ROWS`` of
+``layang.inbound.dmarc_reports``): the other sources, summed by their results."""
 
 
 @dataclass(frozen=True, slots=True)
