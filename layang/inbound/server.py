@@ -20,7 +20,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database
-from layang.domain.dmarc import store_reports
+from layang.domain.dmarc import reporting_domain, store_reports
 from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
@@ -136,8 +136,8 @@ class InboundHandler:
         found = self.reader.read_dmarc(data)
         if isinstance(found, NotAReport):
             keep_unrecognised(mail_from, mailboxes, data, f"DMARC: {found.reason}", self.config)
-        elif not store_reports(found):
-            reason = "DMARC: a report about no sending domain here"
+        elif not store_reports(found, (reporting_domain(m.address) for m in mailboxes)):
+            reason = "DMARC: a report about no verified sending domain reporting here"
             keep_unrecognised(mail_from, mailboxes, data, reason, self.config)
 
 
