@@ -24,6 +24,7 @@ from tests.inbound.test_dmarc import (
     config,
     report_mail,
     selector,
+    xml,
 )
 
 __all__ = ["config", "selector"]  # fixtures, used by name
@@ -123,3 +124,40 @@ def test_a_dmarc_element_bomb_is_answered_quickly_and_read_within_the_childs_lim
     # And reports are read as before.
     assert timed_delivery(port, all_four(selector)[1]) < 10
     wait_until(lambda: DmarcReport.select().count() == 1, 10, "the report was not stored")
+
+
+def _zip_of(members: int, size: int) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for n in range(members):
+            padded = xml("rfc7489").replace(b"</feedback>", b" " * size + b"</feedback>")
+            archive.writestr(f"r{n}.xml", padded)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("attachment", "mime", "reason"),
+    [
+        (
+            gzip.compress(b"<feedback>" + b"<a>" * 100_000 + b"</a>" * 100_000 + b"</feedback>"),
+            "application/gzip",
+            "the XML is nested more than 12 levels deep",
+        ),
+        # Five members under the limit each, past it together: the limit is the message's.
+        (_zip_of(5, MAX_XML_BYTES // 4), "application/zip", "a zip member inflates past"),
+    ],
+    ids=["deep", "members-together"],
+)
+def test_every_limit_holds_for_the_whole_message(attachment, mime, reason):
+    from layang.inbound.parsing import ReportReader
+
+    data = report_mail("x@reporter.test", "Report", attachment, "report", mime, text="R.")
+    reader = ReportReader(processes=1)
+    try:
+        found = reader.read_dmarc(data)
+    finally:
+        reader.close()
+    assert found.reason.startswith(reason), found

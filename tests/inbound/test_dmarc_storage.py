@@ -89,9 +89,7 @@ def test_a_report_of_many_sources_keeps_its_cap_and_its_total(client, auth, sele
     assert [(s["count"], s["known"]) for s in other] == [(2_000, False)]
 
 
-def test_figures_are_shown_only_to_the_account_that_verified_the_domain(
-    app, client, auth, inbound
-):
+def test_figures_are_shown_only_to_the_account_that_verified_the_domain(app, client, auth, inbound):
     # Two accounts claim the name while it is pending; the test's account verifies it.
     other = accounts.create_account("other", live=True)
     other_auth = {"Authorization": f"Bearer {accounts.create_api_key(other)[1]}"}
