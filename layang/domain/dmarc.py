@@ -205,37 +205,45 @@ def dmarc_figures(
         .where(DkimKey.sending_domain == row.id)
         .tuples()
     }
-    records = (
-        DmarcRecord.select()
+    in_range = (
+        # Only what came while this account had the domain verified (``store_reports``).
+        (DmarcReport.account == account.id)
+        & (DmarcRecord.domain == row.domain)
+        & (DmarcRecord.begins_at >= _day_ms(start))
+        & (DmarcRecord.begins_at < _day_ms(end + timedelta(days=1)))
+    )
+    reports = (
+        DmarcRecord.select(peewee.fn.COUNT(DmarcRecord.report.distinct()))
         .join(DmarcReport)
-        .where(
-            # Only what came while this account had the domain verified (``store_reports``).
-            (DmarcReport.account == account.id)
-            & (DmarcRecord.domain == row.domain)
-            & (DmarcRecord.begins_at >= _day_ms(start))
-            & (DmarcRecord.begins_at < _day_ms(end + timedelta(days=1)))
-        )
-        .order_by(DmarcRecord.id)
+        .where(in_range)
+        .scalar()
+    )
+    # The database sums the rows (reports repeat the same sources day after day); what is
+    # left is one row per source, result and signatures.
+    columns = (
+        DmarcRecord.source_ip,
+        DmarcRecord.spf,
+        DmarcRecord.dkim,
+        DmarcRecord.spf_aligned,
+        DmarcRecord.dkim_aligned,
+        DmarcRecord.disposition,
+        DmarcRecord.dkim_domains,
+    )
+    grouped = (
+        DmarcRecord.select(*columns, peewee.fn.SUM(DmarcRecord.count))
+        .join(DmarcReport)
+        .where(in_range)
+        .group_by(*columns)
+        .tuples()
     )
     own = _own_addresses(config)
     sums: dict[tuple[str, str, str, bool, bool, str], list[int | bool]] = {}
-    reports: set[int] = set()
-    for record in records:
-        reports.add(record.report_id)
-        key = (
-            record.source_ip,
-            record.spf,
-            record.dkim,
-            bool(record.spf_aligned),
-            bool(record.dkim_aligned),
-            record.disposition,
-        )
-        signed_here = bool(record.dkim_aligned) and bool(
-            selectors & set(filter(None, record.dkim_domains.split(",")))
-        )
+    for source_ip, spf, dkim, spf_aligned, dkim_aligned, disposition, domains, count in grouped:
+        key = (source_ip, spf, dkim, bool(spf_aligned), bool(dkim_aligned), disposition)
+        signed_here = bool(dkim_aligned) and bool(selectors & set(filter(None, domains.split(","))))
         entry = sums.setdefault(key, [0, False])
-        entry[0] = int(entry[0]) + record.count
-        entry[1] = bool(entry[1]) or signed_here or record.source_ip in own
+        entry[0] = int(entry[0]) + int(count)
+        entry[1] = bool(entry[1]) or signed_here or source_ip in own
     sources = sorted(
         (
             Source(ip, int(count), spf, dkim, spf_aligned, dkim_aligned, disposition, bool(known))
@@ -250,7 +258,7 @@ def dmarc_figures(
         domain=row.domain,
         start=start,
         end=end,
-        reports=len(reports),
+        reports=int(reports or 0),
         total=sum(s.count for s in sources),
         sources=tuple(sources),
     )
