@@ -103,7 +103,7 @@ def reporting_domain(address: str) -> str:
 def store_reports(reports: Sequence[AggregateReport], received_at: Iterable[str]) -> list[str]:
     """Keep each report received at one of the domains ``received_at`` (the domains of the
     ``dmarc@`` addresses the mail came to), unless already kept; returns the domains of those
-    kept.
+    kept now or before (a copy sent again is taken, not counted twice).
 
     A report is kept only for a sending domain verified here whose own reporting address it
     came to (``dmarc@<returnPathDomain>``, the ``rua`` Layang suggests), and belongs to the
@@ -157,7 +157,9 @@ def store_reports(reports: Sequence[AggregateReport], received_at: Iterable[str]
                         ]
                     ).execute()
         except peewee.IntegrityError:
+            # A copy sent again: taken (it is this domain's), not counted twice.
             log.info("DMARC report %s from %s already kept", report.report_id, report.org_name)
+            kept.append(report.domain)
             continue
         log.info(
             "DMARC report %s from %s for %s kept: %d rows",
