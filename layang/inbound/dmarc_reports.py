@@ -70,6 +70,10 @@ class _Refused(Exception):
     """An attachment that may not be read further (too large, malformed)."""
 
 
+class _OverLimit(_Refused):
+    """A message past one of the limits: not read at all, not even its other attachments."""
+
+
 class _Budget:
     """What one message may still spend: inflated bytes and XML elements."""
 
@@ -80,7 +84,7 @@ class _Budget:
     def inflate(self, size: int, what: str) -> None:
         self.inflated += size
         if self.inflated > MAX_XML_BYTES:
-            raise _Refused(f"{what} inflates past {MAX_XML_BYTES} bytes")
+            raise _OverLimit(f"{what} inflates past {MAX_XML_BYTES} bytes")
 
 
 def read_aggregate_reports(data: bytes) -> list[AggregateReport] | NotAReport:
@@ -100,16 +104,16 @@ def read_aggregate_reports(data: bytes) -> list[AggregateReport] | NotAReport:
             try:
                 for document in _documents(payload, budget):
                     reports.append(_parse(document, budget))
+            except _OverLimit as error:
+                # Not read in part: half a report would mislead.
+                return NotAReport(str(error))
             except _Refused as error:
                 problems.append(str(error))
     except Exception as error:  # odd MIME the parser still trips on
         return NotAReport(f"could not be parsed: {type(error).__name__}")
-    if problems:
-        # Past a limit the message is not read in part: half a report would mislead.
-        return NotAReport(problems[0])
     if reports:
         return reports
-    return NotAReport("no DMARC aggregate report attached")
+    return NotAReport(problems[0] if problems else "no DMARC aggregate report attached")
 
 
 def _payloads(message: email.message.Message) -> Iterator[bytes]:
@@ -163,16 +167,16 @@ def _pieces(payload: bytes, budget: _Budget) -> Iterator[bytes]:
 def _gunzip(payload: bytes, budget: _Budget) -> Iterator[bytes]:
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     pending = payload
-    while pending and not inflater.eof:
+    while not inflater.eof:
         try:
             piece = inflater.decompress(pending, CHUNK_BYTES)
         except zlib.error as error:
             raise _Refused(f"the gzip data is corrupt: {error}") from None
         pending = inflater.unconsumed_tail
+        if not piece and not pending:
+            raise _Refused("the gzip data is corrupt: it ends early")
         budget.inflate(len(piece), "the gzip data")
         yield piece
-    if not inflater.eof:
-        raise _Refused("the gzip data is corrupt: it ends early")
 
 
 def _unzip(payload: bytes, budget: _Budget) -> Iterator[Iterator[bytes]]:
@@ -255,10 +259,10 @@ class _ReportBuilder:
     def start(self, tag: str, attrs: object) -> None:
         self.budget.elements += 1
         if self.budget.elements > MAX_ELEMENTS:
-            raise _Refused(f"the XML holds more than {MAX_ELEMENTS} elements")
+            raise _OverLimit(f"the XML holds more than {MAX_ELEMENTS} elements")
         path = self.path
         if len(path) >= MAX_XML_DEPTH:
-            raise _Refused(f"the XML is nested more than {MAX_XML_DEPTH} levels deep")
+            raise _OverLimit(f"the XML is nested more than {MAX_XML_DEPTH} levels deep")
         name = _local(tag)
         if not path and name != "feedback":
             raise _Refused(f"the XML is not a DMARC report (its root is {name!r})")

@@ -9,6 +9,7 @@ import os
 import smtplib
 import threading
 import time
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,17 @@ def test_every_limit_holds_for_the_whole_message(attachment, mime, reason):
     finally:
         reader.close()
     assert found.reason.startswith(reason), found
+
+
+def test_a_broken_attachment_beside_a_report_leaves_the_report_read():
+    from layang.inbound.dmarc_reports import read_aggregate_reports
+
+    message = EmailMessage()
+    message["From"] = "dmarc@reporter.test"
+    message["Subject"] = "Report"
+    message.set_content("Two attachments.")
+    message.add_attachment(b"\x1f\x8bnot gzip", maintype="application", subtype="gzip")
+    report = gzip.compress(xml("rfc7489"))
+    message.add_attachment(report, maintype="application", subtype="gzip", filename="r.xml.gz")
+    found = read_aggregate_reports(message.as_bytes())
+    assert [r.report_id for r in found] == ["9391651994964116463"]
