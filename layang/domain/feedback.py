@@ -39,6 +39,7 @@ from layang.models import (
     BOUNCE,
     COMPLAINT,
     DELAY,
+    VERIFIED,
     Event,
     InboundMessage,
     Recipient,
@@ -160,13 +161,28 @@ def mailbox_for(address: str, paths: ReturnPaths, config: Config) -> Mailbox | N
     try:
         recipient_id = paths.read_address(address)
     except InvalidReturnPath:
-        known = local.lower() in (*FEEDBACK_LOCAL_PARTS, DMARC_LOCAL_PART)
-        if known and domain.lower() in return_path_domains(config):
-            return Mailbox(address, None, dmarc=local.lower() == DMARC_LOCAL_PART)
+        if local.lower() == DMARC_LOCAL_PART:
+            return Mailbox(address, None, dmarc=True) if _reports_here(domain) else None
+        if local.lower() in FEEDBACK_LOCAL_PARTS and domain.lower() in return_path_domains(config):
+            return Mailbox(address, None)
         return None
     if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
         return None
     return Mailbox(address, recipient_id)
+
+
+def _reports_here(domain: str) -> bool:
+    """Whether ``dmarc@<domain>`` is a verified sending domain's reporting address: only there
+    are DMARC reports taken (``layang.domain.dmarc.store_reports``), so elsewhere they are
+    refused at RCPT rather than read and kept."""
+    return (
+        SendingDomain.select(SendingDomain.id)
+        .where(
+            (SendingDomain.return_path_domain == domain.lower().rstrip("."))
+            & (SendingDomain.status == VERIFIED)
+        )
+        .exists()
+    )
 
 
 # -- recording -------------------------------------------------------------------------------
