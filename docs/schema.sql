@@ -1,4 +1,4 @@
--- Layang's database schema after migration 23, as a fresh database has it.
+-- Layang's database schema after migration 24, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -209,9 +209,12 @@ CREATE TABLE "dmarc_report" (
     "begins_at" bigint NOT NULL,
     "ends_at" bigint NOT NULL,
     "received_at" bigint NOT NULL,
-    CONSTRAINT "dmarc_report_pkey" PRIMARY KEY (id)
+    "account_id" integer,
+    CONSTRAINT "dmarc_report_pkey" PRIMARY KEY (id),
+    CONSTRAINT "dmarc_report_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
 CREATE SEQUENCE "dmarc_report_id_seq" AS integer OWNED BY "dmarc_report"."id";
+CREATE INDEX dmarc_report_account_id ON public.dmarc_report USING btree (account_id);
 CREATE INDEX dmarc_report_domain ON public.dmarc_report USING btree (domain);
 CREATE UNIQUE INDEX dmarc_report_org_name_report_id ON public.dmarc_report USING btree (org_name, report_id);
 
@@ -685,7 +688,8 @@ CREATE TABLE "dmarc_report" (
     "report_id" VARCHAR(255) NOT NULL,
     "begins_at" INTEGER NOT NULL,
     "ends_at" INTEGER NOT NULL,
-    "received_at" INTEGER NOT NULL);
+    "received_at" INTEGER NOT NULL, "account_id" INTEGER REFERENCES "account" ("id") ON DELETE CASCADE);
+CREATE INDEX "dmarc_report_account_id" ON "dmarc_report" ("account_id");
 CREATE INDEX "dmarc_report_domain" ON "dmarc_report" ("domain");
 CREATE UNIQUE INDEX "dmarc_report_org_name_report_id" ON "dmarc_report" ("org_name", "report_id");
 

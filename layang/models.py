@@ -640,6 +640,8 @@ class DmarcReport(BaseModel):
     begins_at = peewee.BigIntegerField()
     ends_at = peewee.BigIntegerField()
     received_at = peewee.BigIntegerField(default=now_ms)
+    # The account that had ``domain`` verified when the report came: only it sees the figures.
+    account = peewee.ForeignKeyField(Account, null=True, on_delete="CASCADE")
 
     class Meta:
         indexes = ((("org_name", "report_id"), True),)

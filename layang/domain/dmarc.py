@@ -1,19 +1,21 @@
-"""DMARC aggregate reports (contract 17): what mailbox providers saw of mail sent as a domain.
+"""DMARC aggregate reports (RFC 7489, docs/api.md "DMARC reports"): what mailbox providers saw
+of mail sent as a domain.
 
 The DMARC record Layang suggests names ``rua=mailto:dmarc@<returnPathDomain>``; ``layang
 inbound`` reads the reports sent there (``layang.inbound.dmarc_reports``) and ``store_reports``
-keeps them, once each (a reporter's report id is unique), for the sending domains this
-installation has. ``dmarc_figures`` sums them per source over a date range and says which
-sources are Layang's own: its source addresses, its relay host, or mail that passed aligned
-DKIM with one of the domain's Layang keys. The rest are "unknown sources sending as your
-domain": another service the owner forgot, or someone spoofing it.
+keeps them, once each (a reporter's report id is unique), for the account that verified the
+domain, when they came to that domain's own reporting address. ``dmarc_figures`` sums them per
+source over a date range and says which sources are Layang's own: its source addresses, its
+relay host, or mail that passed aligned DKIM with one of the domain's Layang keys. The rest are
+"unknown sources sending as your domain": another service the owner forgot, or someone
+spoofing it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import urlsplit
@@ -26,11 +28,14 @@ from layang.db import write_transaction
 from layang.domain.dns_lookup import DnsLookup
 from layang.domain.errors import InvalidInput
 from layang.domain.sending_domains import _get
-from layang.models import Account, DkimKey, DmarcRecord, DmarcReport, SendingDomain
+from layang.models import VERIFIED, Account, DkimKey, DmarcRecord, DmarcReport, SendingDomain
 
 log = logging.getLogger("layang.inbound")
 
 DEFAULT_DAYS = 30
+OTHER_SOURCES = "*"
+"""The source address of a report's rows past its cap on rows (``MAX_ROWS`` of
+``layang.inbound.dmarc_reports``): the other sources, summed by their results."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +91,38 @@ class DmarcFigures:
         return tuple(source for source in self.sources if not source.known)
 
 
-def store_reports(reports: Sequence[AggregateReport]) -> list[str]:
-    """Keep each report about a sending domain of this installation, unless already kept;
-    returns the domains of those kept. Reports about other domains are skipped (logged)."""
+STORE_BATCH_ROWS = 80
+"""Rows one insert stores: 12 values each, within SQLite's oldest limit of 999 per statement."""
+
+
+def reporting_domain(address: str) -> str:
+    """The domain of a reporting address (``dmarc@bounces.example.com`` → its domain)."""
+    return address.strip().strip("<>").rpartition("@")[2].lower().rstrip(".")
+
+
+def store_reports(reports: Sequence[AggregateReport], received_at: Iterable[str]) -> list[str]:
+    """Keep each report received at one of the domains ``received_at`` (the domains of the
+    ``dmarc@`` addresses the mail came to), unless already kept; returns the domains of those
+    kept now or before (a copy sent again is taken, not counted twice).
+
+    A report is kept only for a sending domain verified here whose own reporting address it
+    came to (``dmarc@<returnPathDomain>``, the ``rua`` Layang suggests), and belongs to the
+    account that verified it: no one can file figures about another account's domain, nor read
+    them by claiming its name. Others are skipped (logged). Its rows are stored in inserts of
+    ``STORE_BATCH_ROWS``, in one transaction."""
+    at = {domain.lower().rstrip(".") for domain in received_at}
     kept = []
     for report in reports:
-        if not SendingDomain.select().where(SendingDomain.domain == report.domain).exists():
+        owner = SendingDomain.get_or_none(
+            (SendingDomain.domain == report.domain) & (SendingDomain.status == VERIFIED)
+        )
+        if owner is None or owner.return_path_domain.lower() not in at:
             log.info(
-                "DMARC report from %s for unknown domain %s skipped", report.org_name, report.domain
+                "DMARC report %s from %s for %s skipped: not received at a verified domain's "
+                "reporting address",
+                report.report_id,
+                report.org_name,
+                report.domain,
             )
             continue
         try:
@@ -105,8 +134,9 @@ def store_reports(reports: Sequence[AggregateReport]) -> list[str]:
                     begins_at=report.begins_at,
                     ends_at=report.ends_at,
                     received_at=now_ms(),
+                    account=owner.account_id,
                 )
-                if report.rows:
+                for start in range(0, len(report.rows), STORE_BATCH_ROWS):
                     DmarcRecord.insert_many(
                         [
                             {
@@ -123,11 +153,13 @@ def store_reports(reports: Sequence[AggregateReport]) -> list[str]:
                                 "header_from": r.header_from,
                                 "dkim_domains": ",".join(r.dkim_passed),
                             }
-                            for r in report.rows
+                            for r in report.rows[start : start + STORE_BATCH_ROWS]
                         ]
                     ).execute()
         except peewee.IntegrityError:
+            # A copy sent again: taken (it is this domain's), not counted twice.
             log.info("DMARC report %s from %s already kept", report.report_id, report.org_name)
+            kept.append(report.domain)
             continue
         log.info(
             "DMARC report %s from %s for %s kept: %d rows",
@@ -161,8 +193,9 @@ def dmarc_figures(
 ) -> DmarcFigures:
     """The reports about the account's sending domain ``domain`` whose period begins between
     ``start`` and ``end`` (whole UTC days; default the last 30 days), summed per source and
-    result, largest first. Raises ``NotFound`` for a domain the account does not have and
-    ``InvalidInput`` when ``start`` is after ``end``."""
+    result, largest first; only the reports received while the account had the domain
+    verified (none for a pending claim). Raises ``NotFound`` for a domain the account does not
+    have and ``InvalidInput`` when ``start`` is after ``end``."""
     row = _get(account, domain)
     end = end or datetime.now(UTC).date()
     start = start or end - timedelta(days=DEFAULT_DAYS)
@@ -174,34 +207,45 @@ def dmarc_figures(
         .where(DkimKey.sending_domain == row.id)
         .tuples()
     }
-    records = (
-        DmarcRecord.select()
-        .where(
-            (DmarcRecord.domain == row.domain)
-            & (DmarcRecord.begins_at >= _day_ms(start))
-            & (DmarcRecord.begins_at < _day_ms(end + timedelta(days=1)))
-        )
-        .order_by(DmarcRecord.id)
+    in_range = (
+        # Only what came while this account had the domain verified (``store_reports``).
+        (DmarcReport.account == account.id)
+        & (DmarcRecord.domain == row.domain)
+        & (DmarcRecord.begins_at >= _day_ms(start))
+        & (DmarcRecord.begins_at < _day_ms(end + timedelta(days=1)))
+    )
+    reports = (
+        DmarcRecord.select(peewee.fn.COUNT(DmarcRecord.report.distinct()))
+        .join(DmarcReport)
+        .where(in_range)
+        .scalar()
+    )
+    # The database sums the rows (reports repeat the same sources day after day); what is
+    # left is one row per source, result and signatures.
+    columns = (
+        DmarcRecord.source_ip,
+        DmarcRecord.spf,
+        DmarcRecord.dkim,
+        DmarcRecord.spf_aligned,
+        DmarcRecord.dkim_aligned,
+        DmarcRecord.disposition,
+        DmarcRecord.dkim_domains,
+    )
+    grouped = (
+        DmarcRecord.select(*columns, peewee.fn.SUM(DmarcRecord.count))
+        .join(DmarcReport)
+        .where(in_range)
+        .group_by(*columns)
+        .tuples()
     )
     own = _own_addresses(config)
     sums: dict[tuple[str, str, str, bool, bool, str], list[int | bool]] = {}
-    reports: set[int] = set()
-    for record in records:
-        reports.add(record.report_id)
-        key = (
-            record.source_ip,
-            record.spf,
-            record.dkim,
-            bool(record.spf_aligned),
-            bool(record.dkim_aligned),
-            record.disposition,
-        )
-        signed_here = bool(record.dkim_aligned) and bool(
-            selectors & set(filter(None, record.dkim_domains.split(",")))
-        )
+    for source_ip, spf, dkim, spf_aligned, dkim_aligned, disposition, domains, count in grouped:
+        key = (source_ip, spf, dkim, bool(spf_aligned), bool(dkim_aligned), disposition)
+        signed_here = bool(dkim_aligned) and bool(selectors & set(filter(None, domains.split(","))))
         entry = sums.setdefault(key, [0, False])
-        entry[0] = int(entry[0]) + record.count
-        entry[1] = bool(entry[1]) or signed_here or record.source_ip in own
+        entry[0] = int(entry[0]) + int(count)
+        entry[1] = bool(entry[1]) or signed_here or source_ip in own
     sources = sorted(
         (
             Source(ip, int(count), spf, dkim, spf_aligned, dkim_aligned, disposition, bool(known))
@@ -216,7 +260,7 @@ def dmarc_figures(
         domain=row.domain,
         start=start,
         end=end,
-        reports=len(reports),
+        reports=int(reports or 0),
         total=sum(s.count for s in sources),
         sources=tuple(sources),
     )

@@ -13,6 +13,8 @@ A failed delivery report turns the record's status to ``Bounce``, even after a `
 and leaves the status alone: ``Delivery`` is still the last thing known for certain, and the
 remote server reports again if it gives up. A complaint adds a ``Complaint`` event, an
 automatic reply an ``AutoReply`` event (no suppression, the record's status unchanged).
+Each of these is recorded once per email: a later copy of a report (or the same news in
+another form) is logged and not counted again (docs/delivery.md, "Bounces and complaints").
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from layang.models import (
     BOUNCE,
     COMPLAINT,
     DELAY,
+    VERIFIED,
+    Event,
     InboundMessage,
     Recipient,
     SendingDomain,
@@ -157,13 +161,28 @@ def mailbox_for(address: str, paths: ReturnPaths, config: Config) -> Mailbox | N
     try:
         recipient_id = paths.read_address(address)
     except InvalidReturnPath:
-        known = local.lower() in (*FEEDBACK_LOCAL_PARTS, DMARC_LOCAL_PART)
-        if known and domain.lower() in return_path_domains(config):
-            return Mailbox(address, None, dmarc=local.lower() == DMARC_LOCAL_PART)
+        if local.lower() == DMARC_LOCAL_PART:
+            return Mailbox(address, None, dmarc=True) if _reports_here(domain) else None
+        if local.lower() in FEEDBACK_LOCAL_PARTS and domain.lower() in return_path_domains(config):
+            return Mailbox(address, None)
         return None
     if not Recipient.select(Recipient.id).where(Recipient.id == recipient_id).exists():
         return None
     return Mailbox(address, recipient_id)
+
+
+def _reports_here(domain: str) -> bool:
+    """Whether ``dmarc@<domain>`` is a verified sending domain's reporting address: only there
+    are DMARC reports taken (``layang.domain.dmarc.store_reports``), so elsewhere they are
+    refused at RCPT rather than read and kept."""
+    return (
+        SendingDomain.select(SendingDomain.id)
+        .where(
+            (SendingDomain.return_path_domain == domain.lower().rstrip("."))
+            & (SendingDomain.status == VERIFIED)
+        )
+        .exists()
+    )
 
 
 # -- recording -------------------------------------------------------------------------------
@@ -301,21 +320,65 @@ def _first_valid(tokens: Sequence[str], paths: ReturnPaths) -> str | None:
 def _store(events: Sequence[tuple[str, str, dict[str, object]]]) -> list[tuple[str, str]]:
     now = now_ms()
     recorded = []
+    repeated = []
     with write_transaction():
         rows = []
         for recipient_id, status, detail in events:
+            if not _hold(recipient_id):
+                continue
+            if _already_told(recipient_id, status):
+                repeated.append((recipient_id, status))
+                continue
             changes: dict[object, object] = {Recipient.updated_at: now}
             if status == BOUNCE:
                 # Final: nothing is sent to it again, whatever its state was.
                 changes.update({Recipient.status: BOUNCE, Recipient.next_attempt_at: None})
-            updated = Recipient.update(changes).where(Recipient.id == recipient_id).execute()
-            if updated:
-                rows.append((recipient_id, status, now, json.dumps(detail)))
-                recorded.append((recipient_id, status))
+            Recipient.update(changes).where(Recipient.id == recipient_id).execute()
+            rows.append((recipient_id, status, now, json.dumps(detail)))
+            recorded.append((recipient_id, status))
         append_events(rows)
     for recipient_id, status in recorded:
         log.info("report recorded rid=%s status=%s", recipient_id, status)
+    for recipient_id, status in repeated:
+        log.info("report repeated rid=%s status=%s: not counted again", recipient_id, status)
     return recorded
+
+
+def _hold(recipient_id: str) -> bool:
+    """Whether the record exists, holding it until the transaction ends: on PostgreSQL by its
+    row lock, so that two copies of one report stored at once are told apart (on SQLite the
+    write transaction already runs alone)."""
+    record = Recipient.select(Recipient.id).where(Recipient.id == recipient_id)
+    if is_postgresql():
+        record = record.for_update()
+    return record.first() is not None
+
+
+# What a record that already has one of these events is not told again: a report says the
+# email was complained about or bounced once, however many copies of it (or other forms of
+# it: a DSN, a provider's notice, a replay) come back. Each would otherwise count again in the
+# suppression list, the circuit breaker's counters and the overview.
+_TOLD_BY = {
+    COMPLAINT: (COMPLAINT,),
+    BOUNCE: (BOUNCE,),
+    # A delay after the final bounce says nothing; delays before it may each be news.
+    DELAY: (BOUNCE,),
+    # A responder answers once; a second copy is a replay.
+    AUTO_REPLY: (AUTO_REPLY,),
+}
+
+
+def _already_told(recipient_id: str, status: str) -> bool:
+    """Whether the record already has the event a report of ``status`` would add, or one
+    that makes it say nothing (:data:`_TOLD_BY`)."""
+    told = _TOLD_BY.get(status)
+    if not told:
+        return False
+    return (
+        Event.select(Event.id)
+        .where((Event.recipient == recipient_id) & (Event.status.in_(told)))
+        .exists()
+    )
 
 
 def keep_unrecognised(

@@ -5,10 +5,16 @@ interpreter's lock and slow every session of the server (and, under ``layang run
 beside it); it could also run for as long as the parser likes. So each message is read by one
 of a few long-lived child processes (``python -m layang.inbound.parsing``): the child stops a
 parse once it has used ``cpu_seconds`` of CPU, and a child that does not answer in time at all
-is killed and replaced. Either way the message is ``Unrecognised`` and kept for inspection.
+is killed and replaced. Either way the message is ``Unrecognised`` (``NotAReport`` for a
+DMARC report) and kept for inspection. A child's address space is limited to
+``PARSE_MEMORY_BYTES``: a parse that wants more fails with ``MemoryError`` in the child, which
+is only mail that could not be read.
 
-The exchange is a length-prefixed frame each way over the child's stdin and stdout: the
-message's bytes in, the pickled report out (parent and child are the same code).
+Both kinds of mail strangers send are read there: bounce and complaint reports
+(``layang.inbound.reports``) and DMARC aggregate reports (``layang.inbound.dmarc_reports``).
+The exchange is a frame each way over the child's stdin and stdout: the kind of reading and
+the message's length, then its bytes, in; the pickled result out (parent and child are the
+same code).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import os
 import pickle
 import queue
+import resource
 import select
 import signal
 import struct
@@ -26,15 +33,28 @@ import time
 from types import FrameType
 from typing import BinaryIO
 
+from layang.domain.dmarc import AggregateReport
 from layang.domain.feedback import Report, Unrecognised
+from layang.inbound.dmarc_reports import NotAReport
 
 log = logging.getLogger("layang.inbound")
 
 PARSE_CPU_SECONDS = 5.0
 """CPU time one message's parse may use."""
+PARSE_MEMORY_BYTES = 512 * 1024 * 1024
+"""Address space one parsing child may use (the interpreter itself takes about 100 MB)."""
 PARSERS = 2
 """Child processes reading mail at once; further messages wait for one."""
 _FRAME = struct.Struct(">Q")
+_REQUEST = struct.Struct(">cQ")
+REPORT = b"r"
+DMARC = b"d"
+DmarcResult = list[AggregateReport] | NotAReport
+
+
+def _unread(kind: bytes, reason: str) -> Report | DmarcResult:
+    """What a message of ``kind`` that could not be read is."""
+    return NotAReport(reason) if kind == DMARC else Unrecognised(reason)
 
 
 class _CpuSpent(BaseException):
@@ -45,14 +65,15 @@ class _CpuSpent(BaseException):
 class _Child:
     """One parsing process, started on first use and again after it was killed."""
 
-    def __init__(self, cpu_seconds: float) -> None:
+    def __init__(self, cpu_seconds: float, memory_bytes: int) -> None:
         self.cpu_seconds = cpu_seconds
+        self.memory_bytes = memory_bytes
         self.process: subprocess.Popen[bytes] | None = None
 
-    def read(self, data: bytes) -> Report:
+    def read(self, data: bytes, kind: bytes) -> Report | DmarcResult:
         if self.process is None or self.process.poll() is not None:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(self.cpu_seconds)],
+                [sys.executable, "-m", __name__, str(self.cpu_seconds), str(self.memory_bytes)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
             )
@@ -62,19 +83,21 @@ class _Child:
         # its CPU timer cannot interrupt it.
         deadline = time.monotonic() + 4 * self.cpu_seconds + 10
         try:
-            process.stdin.write(_FRAME.pack(len(data)) + data)
+            process.stdin.write(_REQUEST.pack(kind, len(data)) + data)
             process.stdin.flush()
             size = _FRAME.unpack(_read_exactly(process.stdout, _FRAME.size, deadline))[0]
-            report: Report = pickle.loads(_read_exactly(process.stdout, size, deadline))  # noqa: S301 - our own child
-            return report
+            found: Report | DmarcResult = pickle.loads(  # noqa: S301 - our own child
+                _read_exactly(process.stdout, size, deadline)
+            )
+            return found
         except TimeoutError:
             log.warning("inbound parser did not answer in time; replaced")
             self.stop()
-            return Unrecognised("parsing did not finish in time; kept unparsed")
+            return _unread(kind, "parsing did not finish in time; kept unparsed")
         except (OSError, EOFError, pickle.UnpicklingError, struct.error) as error:
             log.warning("inbound parser failed (%s); replaced", type(error).__name__)
             self.stop()
-            return Unrecognised("the parser failed on it; kept unparsed")
+            return _unread(kind, "the parser failed on it; kept unparsed")
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -107,20 +130,38 @@ def _read_exactly(stream: BinaryIO, size: int, deadline: float) -> bytes:
 
 class ReportReader:
     """Reads messages into reports in ``processes`` child processes, each parse limited to
-    ``cpu_seconds`` of CPU. ``read`` blocks (call it from a worker thread) and never raises;
-    ``close`` stops the children."""
+    ``cpu_seconds`` of CPU and each child to ``memory_bytes`` of address space. ``read`` and
+    ``read_dmarc`` block (call them from a worker thread) and never raise; ``close`` stops the
+    children."""
 
-    def __init__(self, processes: int = PARSERS, cpu_seconds: float = PARSE_CPU_SECONDS) -> None:
+    def __init__(
+        self,
+        processes: int = PARSERS,
+        cpu_seconds: float = PARSE_CPU_SECONDS,
+        memory_bytes: int = PARSE_MEMORY_BYTES,
+    ) -> None:
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
-        self._children = [_Child(cpu_seconds) for _ in range(processes)]
+        self._children = [_Child(cpu_seconds, memory_bytes) for _ in range(processes)]
         for child in self._children:
             self._idle.put(child)
 
     def read(self, data: bytes) -> Report:
         """What ``data`` (a whole message as received) reports."""
+        found = self._read(data, REPORT)
+        assert not isinstance(found, (list, NotAReport))
+        return found
+
+    def read_dmarc(self, data: bytes) -> list[AggregateReport] | NotAReport:
+        """The DMARC aggregate reports in ``data`` (a whole message as received), or why it
+        holds none (``layang.inbound.dmarc_reports.read_aggregate_reports``)."""
+        found = self._read(data, DMARC)
+        assert isinstance(found, (list, NotAReport))
+        return found
+
+    def _read(self, data: bytes, kind: bytes) -> Report | DmarcResult:
         child = self._idle.get()
         try:
-            return child.read(data)
+            return child.read(data, kind)
         finally:
             self._idle.put(child)
 
@@ -131,6 +172,7 @@ class ReportReader:
 
 def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
     """The child's loop: read a frame, parse it under the CPU limit, answer, until EOF."""
+    from layang.inbound.dmarc_reports import read_aggregate_reports
     from layang.inbound.reports import read_report
 
     def spent(signum: int, frame: FrameType | None) -> None:
@@ -138,20 +180,24 @@ def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
 
     signal.signal(signal.SIGPROF, spent)
     while True:
-        head = stdin.read(_FRAME.size)
-        if len(head) < _FRAME.size:
+        head = stdin.read(_REQUEST.size)
+        if len(head) < _REQUEST.size:
             return
-        data = stdin.read(_FRAME.unpack(head)[0])
-        report: Report
+        kind, size = _REQUEST.unpack(head)
+        data = stdin.read(size)
+        found: Report | DmarcResult
         try:
             signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
             try:
-                report = read_report(data)
+                found = read_aggregate_reports(data) if kind == DMARC else read_report(data)
             finally:
                 signal.setitimer(signal.ITIMER_PROF, 0)
         except _CpuSpent:
-            report = Unrecognised(f"parsing took more than {cpu_seconds:g} s of CPU; kept unparsed")
-        answer = pickle.dumps(report)
+            found = _unread(kind, f"parsing took more than {cpu_seconds:g} s of CPU; kept unparsed")
+        except MemoryError:
+            found = _unread(kind, "parsing needed more memory than allowed; kept unparsed")
+        del data
+        answer = pickle.dumps(found)
         stdout.write(_FRAME.pack(len(answer)) + answer)
         stdout.flush()
 
@@ -159,4 +205,6 @@ def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
 if __name__ == "__main__":
     # Ctrl-C reaches the whole process group: the parent stops its children itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _serve(float(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer)

@@ -20,11 +20,11 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database
-from layang.domain.dmarc import store_reports
+from layang.domain.dmarc import reporting_domain, store_reports
 from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
-from layang.inbound.dmarc_reports import NotAReport, read_aggregate_reports
+from layang.inbound.dmarc_reports import NotAReport
 from layang.inbound.parsing import ReportReader
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
@@ -133,11 +133,11 @@ class InboundHandler:
             record_inbound(report, mailboxes, mail_from, data, self.paths, self.config)
 
     def _receive_dmarc(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
-        found = read_aggregate_reports(data)
+        found = self.reader.read_dmarc(data)
         if isinstance(found, NotAReport):
             keep_unrecognised(mail_from, mailboxes, data, f"DMARC: {found.reason}", self.config)
-        elif not store_reports(found):
-            reason = "DMARC: a report about no sending domain here"
+        elif not store_reports(found, (reporting_domain(m.address) for m in mailboxes)):
+            reason = "DMARC: a report about no verified sending domain reporting here"
             keep_unrecognised(mail_from, mailboxes, data, reason, self.config)
 
 

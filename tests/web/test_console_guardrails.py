@@ -12,7 +12,7 @@ from layang.domain.dmarc import store_reports
 from layang.inbound.dmarc_reports import read_aggregate_reports
 from layang.models import Recipient
 from tests.conftest import drain
-from tests.inbound.test_dmarc import all_four
+from tests.inbound.test_dmarc import all_four, mark_verified
 from tests.support.browser import screenshot
 from tests.web.test_console import sign_in
 
@@ -37,8 +37,9 @@ def test_banner_dmarc_chart_and_requirements_in_a_browser(
     auth = {"Authorization": f"Bearer {key}"}
     added = client.post("/v1/layang/domains", headers=auth, json={"domain": "example.com"})
     selector = added.get_json()["dkim"][0]["selector"]
+    mark_verified("example.com")
     for mail in all_four(selector):
-        store_reports(read_aggregate_reports(mail))
+        store_reports(read_aggregate_reports(mail), ["bounces.example.com"])
 
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
