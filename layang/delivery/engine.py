@@ -263,7 +263,11 @@ class Engine:
         """``session`` if still open, else a new one (None: none could be had, and ``job``
         was settled or queued again)."""
         if session is not None and not session.closed:
-            return session
+            if _may_carry(session, job):
+                return session
+            # Connected to a host this job's domain does not name (its MX set or policy
+            # changed meanwhile): never hand its mail to another domain's server.
+            await self._close(session)
         if destination.site is not None:
             slot = await self._site_slot(destination, job)
             if slot is None:
@@ -556,3 +560,14 @@ class Engine:
             if slot is not None:
                 slots.append(slot)
         await self.slots.release(slots)
+
+
+def _may_carry(session: Pooled, job: Job) -> bool:
+    """Whether ``session`` is connected to a host ``job``'s domain names: one of its own MX
+    hosts that its transport policy allows (direct to MX; any other route has one server)."""
+    if job.mx is None:
+        return True
+    host = str(getattr(session.inner, "host", "")).rstrip(".").lower()
+    if job.policy is not None:
+        return job.policy.allows(host)
+    return any(h.name.rstrip(".").lower() == host for h in job.mx.hosts)
