@@ -228,7 +228,8 @@ async def open_session(
                     continue
             return session
     if last is None:
-        raise Refused("connect", 0, f"no MX host of {destination.domain} may be tried")
+        # The domain's own policy ruled out every host: nothing was said of the hosts.
+        raise Refused("policy", 0, f"no MX host of {destination.domain} may be tried")
     raise last
 
 

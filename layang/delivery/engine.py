@@ -38,6 +38,7 @@ Why at most ``MAX_UNRECORDED`` copies are sent twice after a crash: see
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,10 +52,11 @@ from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
 from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
-from layang.delivery.slots import SiteSlots
+from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
 from layang.delivery.smtp import Refused, Stale
 from layang.destinations import sites, tlsrpt
 from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
+from layang.destinations.sites import reply_codes
 from layang.metrics import site_outcome
 from layang.queueing.bridge import Backlog, LoopSignal, LoopThread
 
@@ -288,8 +290,13 @@ class Engine:
                 code = refused.code if 400 <= refused.code < 500 else 0
             else:
                 code = refused.code
-            # One unreachable server is not tried once per recipient.
-            self._fail_queue(destination, RecipientResult("", code, refused.reply, DEFERRED), job)
+            result = RecipientResult("", code, refused.reply, DEFERRED)
+            if refused.kind in DOMAIN_REFUSALS and job.mx is not None:
+                # The domain's own policy: a Delay of that domain's mail, no one else's.
+                self._fail_queue(destination, result, job, domain=job.mx.domain)
+            else:
+                # One unreachable server is not tried once per recipient.
+                self._fail_queue(destination, result, job)
             return None
         await self._report_tls(getattr(opened, "reports", ()))
         pooled = self.pool.adopt(opened, destination.site)
@@ -383,7 +390,11 @@ class Engine:
         queued behind would wait out the same failure one by one. After the site was told:
         a site that asked to slow down has its queue held instead (nothing is left here)."""
         if result.outcome == DEFERRED and result.code in (0, 421) and session.closed:
-            self._fail_queue(destination, result)
+            # The mail queued behind may be other accounts': it gets Layang's words, not
+            # the server's reply to someone else's message.
+            host = getattr(session.inner, "host", None) or "the server"
+            reply = f"451 4.4.2 {host} ended the session ({reply_codes(result.reply)}); will retry"
+            self._fail_queue(destination, replace(result, code=451, reply=reply))
 
     async def _keep_or_retire(self, destination: Destination, session: Pooled) -> Pooled | None:
         if session.closed or session.transactions >= destination.per_session or session.retiring:
@@ -405,25 +416,42 @@ class Engine:
             self.backlog.done()
 
     def _fail_queue(
-        self, destination: Destination, result: RecipientResult, first: Job | None = None
+        self,
+        destination: Destination,
+        result: RecipientResult,
+        first: Job | None = None,
+        *,
+        domain: str | None = None,
     ) -> None:
-        """Settle ``first`` and everything queued for ``destination`` with ``result``."""
-        failed = [first, *destination.queue] if first is not None else list(destination.queue)
-        destination.queue.clear()
+        """Settle ``first`` and everything queued for ``destination`` (to ``domain`` only,
+        if given) with ``result``."""
+        queued: list[Job] = []
+        kept: collections.deque[Job] = collections.deque()
+        for job in destination.queue:
+            ours = domain is None or (job.mx is not None and job.mx.domain == domain)
+            (queued if ours else kept).append(job)
+        destination.queue = kept
+        failed = [first, *queued] if first is not None else queued
         for job in failed:
             self._finish(job, replace(result, recipient=job.recipient.address))
 
     def _hold_site(self, destination: Destination, until_ms: int | None, reason: str) -> None:
-        """Stop sending to ``destination`` and hand its queued mail back to wait on the site
-        until ``until_ms``; sessions still open finish their transaction and close."""
-        assert destination.site is not None
-        destination.paused = True
-        jobs = list(destination.queue)
-        destination.queue.clear()
-        if jobs:
-            self.backlog.done(len(jobs))
-            self.ledger.hold(jobs, destination.site, until_ms, reason)
-        self.runtime.loop.call_later(1.0, self._unpause, destination)
+        """Stop sending to ``destination``'s site (every MX set of it this engine sends to)
+        and hand its queued mail back to wait on the site until ``until_ms``; sessions still
+        open finish their transaction and close, and spare slots go back."""
+        site = destination.site
+        assert site is not None
+        spares = self.slots.forget_spares(site)
+        if spares:
+            self.runtime.loop.create_task(self.slots.release(spares))
+        for held in self.ready.of_site(site):
+            held.paused = True
+            jobs = list(held.queue)
+            held.queue.clear()
+            if jobs:
+                self.backlog.done(len(jobs))
+                self.ledger.hold(jobs, site, until_ms, reason)
+            self.runtime.loop.call_later(1.0, self._unpause, held)
 
     def _unpause(self, destination: Destination) -> None:
         destination.paused = False

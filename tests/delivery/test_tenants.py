@@ -5,13 +5,25 @@ back, which remote reply text it shows). docs/delivery.md, "Sites and shaping"."
 from __future__ import annotations
 
 import collections
+import json
+import time
 from dataclasses import replace
 
 import pytest
 
+from layang.destinations import sites
 from layang.domain import accounts
 from layang.models import Recipient
-from tests.delivery.test_direct import Running, last_event, send_to, settled, wait_until
+from tests.delivery.test_direct import (
+    Running,
+    last_event,
+    send_to,
+    settled,
+    status_of,
+    wait_until,
+)
+from tests.support.policy_server import PolicyServer
+from tests.support.tls_pki import LocalCA
 
 
 @pytest.fixture
@@ -56,3 +68,127 @@ def test_a_session_to_one_mx_set_never_carries_another_domains_mail(
         status, detail = last_event(address)
         assert (status, detail["host"]) == ("Delivery", tenant.name)
     assert collections.Counter(r.status for r in Recipient.select()) == {"Delivery": 35}
+
+
+@pytest.fixture
+def ca(tmp_path):
+    return LocalCA(tmp_path / "ca")
+
+
+def test_a_domains_own_policy_failures_never_suspend_its_providers_site(
+    client, auth, mx_config, internet, ca
+):
+    # Three M365-hosted domains of one account publish an enforced MTA-STS policy naming
+    # none of their MX hosts: no host of theirs may be tried. That is theirs to fix, not
+    # Microsoft's: once it was counted as three connection failures of the site, which
+    # suspended protection.outlook.com for every account.
+    broken = [f"a{n}.example" for n in range(1, 4)]
+    policy_server = PolicyServer(ca.server_context(*(f"mta-sts.{d}" for d in broken)))
+    policy_server.serve("version: STSv1\nmode: enforce\nmx: mx.nowhere.example\nmax_age: 86400\n")
+    for n, domain in enumerate(broken, 1):
+        host = f"a{n}-example.mail.protection.outlook.com"
+        internet.server(host)
+        internet.domain(domain, (10, host))
+        internet.zone.add_address(f"mta-sts.{domain}", policy_server.address)
+        internet.zone.add_txt(f"_mta-sts.{domain}", "v=STSv1; id=20261129")
+    tenant = internet.server("victim-example.mail.protection.outlook.com")
+    internet.domain("victim.example", (10, "victim-example.mail.protection.outlook.com"))
+    mallory = other_account_auth()
+    config = replace(mx_config, tls_cafile=str(ca.cafile))
+    running = Running(config)
+    try:
+        mallory_mail = [f"m{n}@{d}" for d in broken for n in range(3)]
+        send_to(client, mallory, mallory_mail)
+        wait_until(lambda: settled(mallory_mail), 30, "mallory's mail did not settle")
+        time.sleep(1.5)  # the sessions and slots of that mail are gone
+        victims = [f"r{n}@victim.example" for n in range(20)]
+        started = time.monotonic()
+        send_to(client, auth, victims)
+        wait_until(lambda: settled(victims), 30, "the victim's mail did not settle")
+        took = time.monotonic() - started
+    finally:
+        running.stop()
+        policy_server.stop()
+    assert sorted(tenant.delivered_to()) == sorted(victims)
+    assert {status_of(a) for a in victims} == {"Delivery"}
+    assert took < 10
+    for address in mallory_mail:
+        status, detail = last_event(address)
+        assert status == "Delay" and "site" not in detail, detail
+    site = sites.gate("protection.outlook.com")
+    assert (site.state, site.reason) == ("ok", None)
+
+
+def test_an_accounts_own_mx_saying_slow_down_never_throttles_its_providers_site(
+    client, auth, mx_config, internet
+):
+    # Mallory's own server comes first and says "slow down"; her backup names an M365 host.
+    internet.server("mx.evil.example", slow_down_after=0)
+    internet.server("evil-example.mail.protection.outlook.com")
+    internet.domain(
+        "evil.example", (10, "mx.evil.example"), (20, "evil-example.mail.protection.outlook.com")
+    )
+    tenant = internet.server("victim-example.mail.protection.outlook.com")
+    internet.domain("victim.example", (10, "victim-example.mail.protection.outlook.com"))
+    mallory = other_account_auth()
+    running = Running(mx_config)
+    try:
+        mallory_mail = [f"m{n}@evil.example" for n in range(3)]
+        send_to(client, mallory, mallory_mail)
+        wait_until(lambda: settled(mallory_mail), 30, "mallory's mail did not settle")
+        victims = [f"r{n}@victim.example" for n in range(10)]
+        send_to(client, auth, victims)
+        wait_until(lambda: settled(victims), 30, "the victim's mail did not settle")
+    finally:
+        running.stop()
+    assert sorted(tenant.delivered_to()) == sorted(victims)
+    assert sites.gate("protection.outlook.com").state == "ok"
+
+
+def test_a_sites_shared_state_shows_no_accounts_server_reply_to_another(
+    client, auth, mx_config, internet
+):
+    # The account's tenant says "slow down" in words naming its recipient; the site is
+    # throttled for everyone, and Mallory's mail to another tenant waits on it.
+    secret = "421 4.7.28 r0@acme-tenant.example: unusual rate from acme-tenant.example"
+    internet.server(
+        "acme-tenant.mail.protection.outlook.com", slow_down_after=0, slow_down_reply=secret
+    )
+    internet.domain("acme-tenant.example", (10, "acme-tenant.mail.protection.outlook.com"))
+    other = internet.server("other-tenant.mail.protection.outlook.com")
+    internet.domain("other-tenant.example", (10, "other-tenant.mail.protection.outlook.com"))
+    mallory = other_account_auth()
+    config = replace(mx_config, throttle_start_seconds=30)
+    running = Running(config)
+    try:
+        send_to(client, auth, ["r0@acme-tenant.example"])
+        wait_until(lambda: settled(["r0@acme-tenant.example"]), 30, "the first mail waits")
+        wait_until(lambda: sites.gate("protection.outlook.com").state == "throttled", 10)
+        send_to(client, mallory, ["m0@other-tenant.example"])
+        wait_until(lambda: settled(["m0@other-tenant.example"]), 30, "mallory's mail waits")
+
+        # (The queue places a domain in its site once the worker has recorded which it is.)
+        def mallorys_queue():
+            return client.get("/v1/layang/queue", headers=mallory).get_json()
+
+        wait_until(
+            lambda: [i["site"] for i in mallorys_queue()["items"]] == ["protection.outlook.com"],
+            10,
+            lambda: f"mallory's queue: {mallorys_queue()}",
+        )
+        queue = mallorys_queue()
+    finally:
+        running.stop()
+    assert not other.delivered_to()
+    # The account whose mail got the reply sees it whole…
+    assert last_event("r0@acme-tenant.example")[1]["reply"] == secret
+    # …another account sees only Layang's words: the site, the state, the codes.
+    status, detail = last_event("m0@other-tenant.example")
+    assert (status, detail["site"], detail["reply"]) == (
+        "Delay",
+        "protection.outlook.com",
+        "slow down: 421 4.7.28",
+    )
+    (item,) = queue["items"]
+    assert (item["state"], item["reason"]) == ("throttled", "slow down: 421 4.7.28")
+    assert "acme" not in json.dumps(queue)
