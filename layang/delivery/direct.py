@@ -11,6 +11,7 @@ decides whether a session may start at all.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import ssl
@@ -213,6 +214,9 @@ async def open_session(
             )
             try:
                 await session.open()
+            except asyncio.CancelledError:  # the set-up's deadline: leave no connection behind
+                session.abort()
+                raise
             except Refused as refused:
                 if refused.kind == "tls" and check is not None:
                     refusal = check(session)

@@ -10,6 +10,7 @@ destinations. Each has a ready queue of jobs in arrival order and a limit of ses
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class Job:
     finished: bool = False
     stream: str = "transactional"
     admitted: bool = False  # counted by the admission (past the point of no return)
+    account: int = 0  # whose mail: an account's share of the engine's sessions
+    deadline: asyncio.Timeout | None = None  # the transaction's, while it runs
 
 
 class Ledger(Protocol):

@@ -14,6 +14,7 @@ import pytest
 from layang.destinations import sites
 from layang.domain import accounts
 from layang.models import Recipient
+from tests.conftest import BACKENDS
 from tests.delivery.test_direct import (
     Running,
     last_event,
@@ -192,3 +193,59 @@ def test_a_sites_shared_state_shows_no_accounts_server_reply_to_another(
     (item,) = queue["items"]
     assert (item["state"], item["reason"]) == ("throttled", "slow down: 421 4.7.28")
     assert "acme" not in json.dumps(queue)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)  # the claim of others' mail, on both
+def test_an_account_at_slow_servers_never_holds_every_session_of_the_worker(
+    client, auth, mx_config, internet
+):
+    # The account sends to six domains whose servers take 1.5 s over every reply: they
+    # could fill every session of the worker for as long as their mail lasts.
+    slow = []
+    for n in range(6):
+        internet.server(f"mx.slow{n}.example", latency=1.5)
+        internet.domain(f"slow{n}.example", (10, f"mx.slow{n}.example"))
+        slow.append(f"slow{n}.example")
+    quick = internet.server("mx.quick.example")
+    internet.domain("quick.example", (10, "mx.quick.example"))
+    mallory = other_account_auth()
+    running = Running(mx_config, worker_connections=20)
+    try:
+        send_to(client, auth, [f"r{n}@{domain}" for domain in slow for n in range(10)])
+        servers = [internet.servers[f"mx.{domain}"] for domain in slow]
+        wait_until(lambda: sum(s.open_sessions for s in servers) >= 15, 20, "no sessions")
+        started = time.monotonic()
+        send_to(client, mallory, ["m0@quick.example"])
+        wait_until(lambda: quick.delivered_to(), 30, "mallory's mail never went")
+        waited = time.monotonic() - started
+    finally:
+        running.stop()
+    # The other account's mail went at once (setting up one session at the slow servers
+    # alone takes over 10 s: 1.5 s a reply line).
+    assert waited < 4, waited
+    assert sum(s.peak_sessions for s in servers) <= 20
+
+
+def test_a_slow_server_holds_a_session_no_longer_than_its_deadlines(
+    client, auth, mx_config, internet
+):
+    internet.server("mx.slowsetup.example", latency=1)  # 1 s a reply line: 9 s to EHLO
+    internet.domain("slowsetup.example", (10, "mx.slowsetup.example"))
+    # Set up at once, but the end of each message is answered after 5 s.
+    internet.server("mx.slowreply.example").slow_down(5)
+    internet.domain("slowreply.example", (10, "mx.slowreply.example"))
+    config = replace(mx_config, mx_setup_seconds=6, mx_transaction_seconds=2)
+    running = Running(config)
+    try:
+        send_to(client, auth, ["ana@slowsetup.example", "bo@slowreply.example"])
+        wait_until(lambda: settled(["ana@slowsetup.example", "bo@slowreply.example"]), 30)
+    finally:
+        running.stop()
+    status, detail = last_event("ana@slowsetup.example")
+    assert (
+        status == "Delay"
+        and "no session to mx.slowsetup.example set up within 6 s" in detail["reply"]
+    ), detail
+    status, detail = last_event("bo@slowreply.example")
+    assert status == "Delay" and "not finished within 2 s" in detail["reply"], detail
+    assert detail["host"] == "mx.slowreply.example"
