@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -70,6 +71,8 @@ BLOCKED_SECONDS = 1.0
 """A site refused a new session (at its limit across processes) is asked again after this."""
 TICK_SECONDS = 0.5
 """The engine's housekeeping runs this often while it has anything open or queued."""
+SHARE_SCAN = 64
+"""How far down a destination's queue a runner looks for mail of an account under its share."""
 PLAINTEXT = {"version": None, "cipher": None, "verified": False, "policy": "none"}
 """What a delivery event says of TLS for a session to an MX host without it."""
 
@@ -214,7 +217,7 @@ class Engine:
             destination.queue
             and destination.runners < limit
             and destination.waiting < len(destination.queue)
-            and not self._over_share(destination.queue[0].account)
+            and self._startable(destination)
         ):
             destination.runners += 1
             destination.waiting += 1
@@ -237,11 +240,11 @@ class Engine:
                 if session is None and destination.blocked_until > time.monotonic():
                     # No new session may open now: the tick tries again, not a loop here.
                     break
-                if self._over_share(destination.queue[0].account):
-                    # Its account has its share of the sessions while others wait: this
-                    # session goes idle (to be closed for them); the tick comes back.
+                job = self._next_job(destination)
+                if job is None:
+                    # Every account queued here has its share of the sessions while others
+                    # wait: this session goes idle (to be closed for them); the tick comes back.
                     break
-                job = destination.queue.popleft()
                 destination.waiting -= 1
                 self._busy_by_account[job.account] += 1
                 try:
@@ -547,8 +550,24 @@ class Engine:
             return max(1, self.connections - self.reserve)
         return max(1, self.connections // active)
 
-    def _over_share(self, account: int) -> bool:
-        return self._busy_by_account[account] >= self._share()
+    def _next_job(self, destination: Destination) -> Job | None:
+        """The first job queued for ``destination`` (among the first ``SHARE_SCAN``) whose
+        account is under its share, taken out of the queue; None: none is."""
+        share = self._share()
+        queue = destination.queue
+        for index, job in enumerate(itertools.islice(queue, SHARE_SCAN)):
+            if self._busy_by_account[job.account] < share:
+                del queue[index]
+                return job
+        return None
+
+    def _startable(self, destination: Destination) -> bool:
+        """Whether :meth:`_next_job` would find a job for a new runner of ``destination``."""
+        share = self._share()
+        return any(
+            self._busy_by_account[job.account] < share
+            for job in itertools.islice(destination.queue, SHARE_SCAN)
+        )
 
     # -- sessions and slots ---------------------------------------------------------------
 

@@ -249,3 +249,26 @@ def test_a_slow_server_holds_a_session_no_longer_than_its_deadlines(
     status, detail = last_event("bo@slowreply.example")
     assert status == "Delay" and "not finished within 2 s" in detail["reply"], detail
     assert detail["host"] == "mx.slowreply.example"
+
+
+def test_an_account_queued_behind_another_at_one_server_gets_its_share_of_it(
+    client, auth, mx_config, internet
+):
+    # Both accounts' domains name the same (slow) MX host: one destination, one queue.
+    server = internet.server("mx.hosting.example", latency=0.3)
+    internet.domain("big.example", (10, "mx.hosting.example"))
+    internet.domain("small.example", (10, "mx.hosting.example"))
+    mallory = other_account_auth()
+    running = Running(mx_config, worker_connections=10)
+    try:
+        bulk = [f"r{n}@big.example" for n in range(90)]
+        send_to(client, auth, bulk)
+        wait_until(lambda: server.open_sessions >= 9, 20, "no sessions")
+        send_to(client, mallory, ["m0@small.example"])
+        wait_until(lambda: settled([*bulk, "m0@small.example"]), 60, "the mail did not settle")
+    finally:
+        running.stop()
+    order = server.delivered_to()
+    assert sorted(order) == sorted([*bulk, "m0@small.example"])
+    # Mallory's message did not wait for the whole of the bulk ahead of it in the queue.
+    assert order.index("m0@small.example") < len(order) - 30, order
