@@ -412,6 +412,13 @@ class Config:
     throttle_start_seconds: float = _setting("LAYANG_THROTTLE_START_SECONDS", _seconds, default=5.0)
     throttle_max_seconds: float = _setting("LAYANG_THROTTLE_MAX_SECONDS", _seconds, default=300.0)
     suspend_after_failures: int = _setting("LAYANG_SUSPEND_AFTER_FAILURES", _integer, default=3)
+    # Deadlines of one session to an MX host: setting it up (connect, greeting, EHLO, STARTTLS,
+    # every host tried), and each transaction on it, so that a slow server holds a session
+    # for a bounded time.
+    mx_setup_seconds: float = _setting("LAYANG_MX_SETUP_SECONDS", _seconds, default=60.0)
+    mx_transaction_seconds: float = _setting(
+        "LAYANG_MX_TRANSACTION_SECONDS", _seconds, default=300.0
+    )
     # Transport security (section 14).
     tls_cafile: str = _setting(
         "LAYANG_TLS_CAFILE", _cafile, shown="unset (the system CAs only)", default=""

@@ -11,6 +11,7 @@ decides whether a session may start at all.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import ssl
@@ -224,6 +225,9 @@ async def open_session(
             )
             try:
                 await session.open()
+            except asyncio.CancelledError:  # the set-up's deadline: leave no connection behind
+                session.abort()
+                raise
             except Refused as refused:
                 if refused.kind == "tls" and check is not None:
                     refusal = check(session)
@@ -239,7 +243,8 @@ async def open_session(
                     continue
             return session
     if last is None:
-        raise Refused("connect", 0, f"no MX host of {destination.domain} may be tried")
+        # The domain's own policy ruled out every host: nothing was said of the hosts.
+        raise Refused("policy", 0, f"no MX host of {destination.domain} may be tried")
     raise last
 
 

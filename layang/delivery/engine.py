@@ -24,7 +24,9 @@ policy* (a REQUIRETLS message bounces on a session that cannot carry it), *wait 
 rate*, *transact* (the message's end waits for :class:`~layang.delivery.admission.Admission`),
 *report to the site* (a slow-down halves its limit and holds its mail), *settle what waits
 behind a destination that went away*, and *keep or retire the session*. The outcome goes to
-the ledger at once.
+the ledger at once. A session to an MX site has a deadline for its set-up and for each
+transaction, and one account's mail keeps at most its share of the sessions busy while
+another account's waits (:meth:`Engine._share`; docs/delivery.md, "Sessions").
 
 The parts (the ready queues of :mod:`~layang.delivery.jobs`, :mod:`~layang.delivery.pool`,
 :mod:`~layang.delivery.slots`, :mod:`~layang.delivery.policies`,
@@ -38,6 +40,8 @@ Why at most ``MAX_UNRECORDED`` copies are sent twice after a crash: see
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,10 +55,11 @@ from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
 from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
-from layang.delivery.slots import SiteSlots
+from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
 from layang.delivery.smtp import Refused, Stale
 from layang.destinations import sites, tlsrpt
 from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
+from layang.destinations.sites import reply_codes
 from layang.metrics import site_outcome
 from layang.queueing.bridge import Backlog, LoopSignal, LoopThread
 
@@ -66,6 +71,8 @@ BLOCKED_SECONDS = 1.0
 """A site refused a new session (at its limit across processes) is asked again after this."""
 TICK_SECONDS = 0.5
 """The engine's housekeeping runs this often while it has anything open or queued."""
+SHARE_SCAN = 64
+"""How far down a destination's queue a runner looks for mail of an account under its share."""
 PLAINTEXT = {"version": None, "cipher": None, "verified": False, "policy": "none"}
 """What a delivery event says of TLS for a session to an MX host without it."""
 
@@ -86,12 +93,22 @@ class Engine:
         owner: str = "",
         lease_seconds: float = 60.0,
         throttle: sites.Throttle | None = None,
+        setup_seconds: float = 60.0,
+        transaction_seconds: float = 300.0,
     ) -> None:
         """``stall_seconds``: a destination whose every session waited this long for a reply
         hands back what waits behind them; ``lease_fresh()`` says whether the worker's leases
-        surely still hold (no transaction starts otherwise)."""
+        surely still hold (no transaction starts otherwise). ``setup_seconds`` and
+        ``transaction_seconds``: the most a session to an MX site may take to be set up, and
+        one transaction on it (past them, the mail is a ``Delay``)."""
         self.ledger = ledger
         self.connections = max(1, connections)
+        self.setup_seconds = setup_seconds
+        self.transaction_seconds = transaction_seconds
+        # Sessions kept for an account that comes while another sends alone (see ``_share``).
+        self.reserve = self.connections // 10
+        self._pending_by_account: collections.Counter[int] = collections.Counter()
+        self._busy_by_account: collections.Counter[int] = collections.Counter()
         self.stall_seconds = stall_seconds
         self.lease_fresh = lease_fresh
         self.pool = SessionPool(self.connections)
@@ -125,6 +142,14 @@ class Engine:
         """Block until fewer than ``count`` jobs are pending, or ``timeout`` passes."""
         self.backlog.wait_below(count, timeout)
 
+    def crowding_accounts(self) -> set[int]:
+        """The accounts whose mail keeps their share of the sessions busy with more of it
+        queued behind (a hint, read off the loop: the worker claims others' mail too)."""
+        busy = dict(self._busy_by_account)
+        pending = dict(self._pending_by_account)
+        share = self._share()
+        return {a for a, n in busy.items() if n >= share and pending.get(a, 0) > n}
+
     def take_queued(self) -> list[Job]:
         """Remove and return every job not started yet (to hand back to the queue)."""
         return self.runtime.call(self._take_queued(), 10)
@@ -140,6 +165,7 @@ class Engine:
         self._work.set()
         touched = {}
         for job in jobs:
+            self._pending_by_account[job.account] += 1
             if job.route.sited:
                 domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
                 waiting = self._resolving.setdefault(domain, [])
@@ -191,6 +217,7 @@ class Engine:
             destination.queue
             and destination.runners < limit
             and destination.waiting < len(destination.queue)
+            and self._startable(destination)
         ):
             destination.runners += 1
             destination.waiting += 1
@@ -213,8 +240,13 @@ class Engine:
                 if session is None and destination.blocked_until > time.monotonic():
                     # No new session may open now: the tick tries again, not a loop here.
                     break
-                job = destination.queue.popleft()
+                job = self._next_job(destination)
+                if job is None:
+                    # Every account queued here has its share of the sessions while others
+                    # wait: this session goes idle (to be closed for them); the tick comes back.
+                    break
                 destination.waiting -= 1
+                self._busy_by_account[job.account] += 1
                 try:
                     session = await self._step(destination, session, job)
                 except Exception as error:  # a bug must not leave the job unfinished
@@ -228,6 +260,7 @@ class Engine:
                             job, RecipientResult(job.recipient.address, 0, reply, DEFERRED)
                         )
                 finally:
+                    _count_down(self._busy_by_account, job.account)
                     if job.admitted:
                         job.admitted = False
                         self.admission.release()
@@ -263,7 +296,11 @@ class Engine:
         """``session`` if still open, else a new one (None: none could be had, and ``job``
         was settled or queued again)."""
         if session is not None and not session.closed:
-            return session
+            if _may_carry(session, job):
+                return session
+            # Connected to a host this job's domain does not name (its MX set or policy
+            # changed meanwhile): never hand its mail to another domain's server.
+            await self._close(session)
         if destination.site is not None:
             slot = await self._site_slot(destination, job)
             if slot is None:
@@ -273,7 +310,7 @@ class Engine:
         await self._make_room()
         self.pool.reserve()
         try:
-            opened = await destination.route.transport.open(job)
+            opened = await self._open(destination, job)
         except Refused as refused:
             self.pool.unreserve()
             await self._report_tls(refused.reports)
@@ -284,13 +321,31 @@ class Engine:
                 code = refused.code if 400 <= refused.code < 500 else 0
             else:
                 code = refused.code
-            # One unreachable server is not tried once per recipient.
-            self._fail_queue(destination, RecipientResult("", code, refused.reply, DEFERRED), job)
+            result = RecipientResult("", code, refused.reply, DEFERRED)
+            if refused.kind in DOMAIN_REFUSALS and job.mx is not None:
+                # The domain's own policy: a Delay of that domain's mail, no one else's.
+                self._fail_queue(destination, result, job, domain=job.mx.domain)
+            else:
+                # One unreachable server is not tried once per recipient.
+                self._fail_queue(destination, result, job)
             return None
         await self._report_tls(getattr(opened, "reports", ()))
         pooled = self.pool.adopt(opened, destination.site)
         pooled.slot = slot or None
         return pooled
+
+    async def _open(self, destination: Destination, job: Job) -> Any:
+        """A new session of ``destination``'s transport for ``job``; one to an MX site must be
+        set up within ``setup_seconds`` (all its hosts tried), else :class:`Refused`."""
+        if destination.site is None:
+            return await destination.route.transport.open(job)
+        try:
+            async with asyncio.timeout(self.setup_seconds):
+                return await destination.route.transport.open(job)
+        except TimeoutError:
+            seconds = f"{self.setup_seconds:g}"
+            reply = f"451 4.4.1 no session to {destination.site} set up within {seconds} s"
+            raise Refused("connect", 451, reply) from None
 
     async def _site_slot(self, destination: Destination, job: Job) -> str | None:
         """A slot of ``destination``'s site for a new session (``""``: go without one), or
@@ -334,13 +389,25 @@ class Engine:
         stale before anything was sent: ``job`` is queued again, first, for a new session."""
         job.started = time.monotonic()
         destination.in_flight[job] = job.started
+        limit = self.transaction_seconds if destination.site is not None else None
         try:
-            (result,) = await session.send(job.envelope, lambda: self._admit(job))
+            async with asyncio.timeout(limit) as job.deadline:
+                (result,) = await session.send(job.envelope, lambda: self._admit(job))
         except Stale:
             await self._close(session)
             destination.queue.appendleft(job)
             return None
+        except TimeoutError:
+            if job.deadline is None or not job.deadline.expired():
+                raise
+            # The server may have the message by now: the next try may send it again, as
+            # after any lost connection; a slow server keeps a session no longer than this.
+            await self._close(session, abort=True)
+            host = getattr(session.inner, "host", None) or destination.key
+            reply = f"451 4.4.2 transaction with {host} not finished within {limit:g} s"
+            result = RecipientResult(job.recipient.address, 0, reply, DEFERRED)
         finally:
+            job.deadline = None
             destination.in_flight.pop(job, None)
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
         job.detail.update(session.detail())
@@ -355,9 +422,17 @@ class Engine:
         return result
 
     async def _admit(self, job: Job) -> None:
-        """Just before the message's end: wait for room under the unrecorded cap."""
+        """Just before the message's end: wait for room under the unrecorded cap (which is
+        not the server's time: the transaction's deadline moves on by as much)."""
+        deadline, left = job.deadline, None
+        loop = asyncio.get_running_loop()
+        if deadline is not None and (when := deadline.when()) is not None:
+            left = when - loop.time()
+            deadline.reschedule(None)
         await self.admission.admit()
         job.admitted = True
+        if deadline is not None and left is not None:
+            deadline.reschedule(loop.time() + left)
 
     async def _report_to_site(
         self, destination: Destination, session: Pooled, result: RecipientResult
@@ -379,7 +454,11 @@ class Engine:
         queued behind would wait out the same failure one by one. After the site was told:
         a site that asked to slow down has its queue held instead (nothing is left here)."""
         if result.outcome == DEFERRED and result.code in (0, 421) and session.closed:
-            self._fail_queue(destination, result)
+            # The mail queued behind may be other accounts': it gets Layang's words, not
+            # the server's reply to someone else's message.
+            host = getattr(session.inner, "host", None) or "the server"
+            reply = f"451 4.4.2 the session with {host} ended ({reply_codes(result.reply)})"
+            self._fail_queue(destination, replace(result, code=451, reply=reply))
 
     async def _keep_or_retire(self, destination: Destination, session: Pooled) -> Pooled | None:
         if session.closed or session.transactions >= destination.per_session or session.retiring:
@@ -393,6 +472,7 @@ class Engine:
         if job.finished:
             return
         job.finished = True
+        _count_down(self._pending_by_account, job.account)
         try:
             if job.mx is not None:
                 site_outcome(job.mx.site, result.outcome)
@@ -401,25 +481,42 @@ class Engine:
             self.backlog.done()
 
     def _fail_queue(
-        self, destination: Destination, result: RecipientResult, first: Job | None = None
+        self,
+        destination: Destination,
+        result: RecipientResult,
+        first: Job | None = None,
+        *,
+        domain: str | None = None,
     ) -> None:
-        """Settle ``first`` and everything queued for ``destination`` with ``result``."""
-        failed = [first, *destination.queue] if first is not None else list(destination.queue)
-        destination.queue.clear()
+        """Settle ``first`` and everything queued for ``destination`` (to ``domain`` only,
+        if given) with ``result``."""
+        queued: list[Job] = []
+        kept: collections.deque[Job] = collections.deque()
+        for job in destination.queue:
+            ours = domain is None or (job.mx is not None and job.mx.domain == domain)
+            (queued if ours else kept).append(job)
+        destination.queue = kept
+        failed = [first, *queued] if first is not None else queued
         for job in failed:
             self._finish(job, replace(result, recipient=job.recipient.address))
 
     def _hold_site(self, destination: Destination, until_ms: int | None, reason: str) -> None:
-        """Stop sending to ``destination`` and hand its queued mail back to wait on the site
-        until ``until_ms``; sessions still open finish their transaction and close."""
-        assert destination.site is not None
-        destination.paused = True
-        jobs = list(destination.queue)
-        destination.queue.clear()
-        if jobs:
-            self.backlog.done(len(jobs))
-            self.ledger.hold(jobs, destination.site, until_ms, reason)
-        self.runtime.loop.call_later(1.0, self._unpause, destination)
+        """Stop sending to ``destination``'s site (every MX set of it this engine sends to)
+        and hand its queued mail back to wait on the site until ``until_ms``; sessions still
+        open finish their transaction and close, and spare slots go back."""
+        site = destination.site
+        assert site is not None
+        spares = self.slots.forget_spares(site)
+        if spares:
+            self.runtime.loop.create_task(self.slots.release(spares))
+        for held in self.ready.of_site(site):
+            held.paused = True
+            jobs = list(held.queue)
+            held.queue.clear()
+            if jobs:
+                self._let_go(jobs)
+                self.ledger.hold(jobs, site, until_ms, reason)
+            self.runtime.loop.call_later(1.0, self._unpause, held)
 
     def _unpause(self, destination: Destination) -> None:
         destination.paused = False
@@ -430,13 +527,47 @@ class Engine:
         jobs = list(destination.queue)
         destination.queue.clear()
         if jobs:
-            self.backlog.done(len(jobs))
+            self._let_go(jobs)
             self.ledger.hand_back(jobs)
 
     async def _take_queued(self) -> list[Job]:
         jobs = self.ready.take_all()
-        self.backlog.done(len(jobs))
+        self._let_go(jobs)
         return jobs
+
+    def _let_go(self, jobs: list[Job]) -> None:
+        """``jobs`` leave the engine unfinished (handed back or held)."""
+        self.backlog.done(len(jobs))
+        for job in jobs:
+            _count_down(self._pending_by_account, job.account)
+
+    def _share(self) -> int:
+        """The most sessions one account's mail may keep busy: all but ``reserve`` while it
+        is the only account with mail here (so that another's first mail finds a session at
+        once), an equal part of them each while several have."""
+        active = sum(1 for count in self._pending_by_account.values() if count > 0)
+        if active <= 1:
+            return max(1, self.connections - self.reserve)
+        return max(1, self.connections // active)
+
+    def _next_job(self, destination: Destination) -> Job | None:
+        """The first job queued for ``destination`` (among the first ``SHARE_SCAN``) whose
+        account is under its share, taken out of the queue; None: none is."""
+        share = self._share()
+        queue = destination.queue
+        for index, job in enumerate(itertools.islice(queue, SHARE_SCAN)):
+            if self._busy_by_account[job.account] < share:
+                del queue[index]
+                return job
+        return None
+
+    def _startable(self, destination: Destination) -> bool:
+        """Whether :meth:`_next_job` would find a job for a new runner of ``destination``."""
+        share = self._share()
+        return any(
+            self._busy_by_account[job.account] < share
+            for job in itertools.islice(destination.queue, SHARE_SCAN)
+        )
 
     # -- sessions and slots ---------------------------------------------------------------
 
@@ -449,9 +580,9 @@ class Engine:
                 continue
             await self._close(session)
 
-    async def _close(self, session: Pooled) -> None:
+    async def _close(self, session: Pooled, *, abort: bool = False) -> None:
         retiring = session.retiring
-        slot = await session.close()
+        slot = session.abort() if abort else await session.close()
         if slot is not None and session.site is not None:
             if retiring:  # another process waits for it
                 await self.slots.release([slot])
@@ -514,6 +645,8 @@ class Engine:
             if destination.queue and destination.blocked_until and destination.blocked_until <= now:
                 destination.blocked_until = 0.0
                 self._pump(destination)
+            elif destination.queue and not destination.paused and not destination.blocked_until:
+                self._pump(destination)  # its account's share may have room again
             sited = destination.site is not None
             for session in self.pool.expired(destination.key, now, sited):
                 await self._close(session)
@@ -555,4 +688,31 @@ class Engine:
             slot = session.abort()
             if slot is not None:
                 slots.append(slot)
+        # Sessions still being set up (a slow server's greeting) are cut off too, rather than
+        # left open with the loop; their jobs stay leased, to be claimed again.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        if others:
+            await asyncio.wait(others, timeout=1.0)
         await self.slots.release(slots)
+
+
+def _may_carry(session: Pooled, job: Job) -> bool:
+    """Whether ``session`` is connected to a host ``job``'s domain names: one of its own MX
+    hosts that its transport policy allows (direct to MX; any other route has one server)."""
+    if job.mx is None:
+        return True
+    host = str(getattr(session.inner, "host", "")).rstrip(".").lower()
+    if job.policy is not None:
+        return job.policy.allows(host)
+    return any(h.name.rstrip(".").lower() == host for h in job.mx.hosts)
+
+
+def _count_down(counter: collections.Counter[int], account: int) -> None:
+    """One less of ``account`` (gone at none: the counters stay as small as the accounts
+    with mail in the engine)."""
+    if counter[account] <= 1:
+        counter.pop(account, None)
+    else:
+        counter[account] -= 1

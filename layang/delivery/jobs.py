@@ -2,13 +2,15 @@
 the ledger the engine reports each job's fate to.
 
 A *destination* is what sessions are kept per: the smarthost, the capture directory, the
-simulator, or on the ``mx:`` route a site (the MX host set several domains may share; a domain
-with a transport policy of its own gets its own destination on the site, and with source pools
-each stream does). Each has a ready queue of jobs in arrival order and a limit of sessions.
+simulator, or on the ``mx:`` route one MX host set of a site (the domains sharing that set share
+its sessions; a domain with a transport policy of its own gets its own destination, and with
+source pools each stream does). The site's limits and state are shared by all its
+destinations. Each has a ready queue of jobs in arrival order and a limit of sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,8 @@ class Job:
     finished: bool = False
     stream: str = "transactional"
     admitted: bool = False  # counted by the admission (past the point of no return)
+    account: int = 0  # whose mail: an account's share of the engine's sessions
+    deadline: asyncio.Timeout | None = None  # the transaction's, while it runs
 
 
 class Ledger(Protocol):
@@ -121,12 +125,17 @@ class ReadyQueues:
         """The destination of ``jobs`` to one resolved domain with ``policy`` (one stream, if
         the route has source pools), with the jobs queued on it."""
         route = jobs[0].route
-        # Domains without a policy of their own share their site's sessions; one with a policy
-        # gets sessions checked against it (still within the site's shared limits).
+        # A session carries mail only for domains whose own MX set includes the host it is
+        # connected to: domains share sessions only when they share their MX set (the site's
+        # limits and state are shared more widely, by site). A domain with a policy of its
+        # own gets sessions checked against it (still within the site's shared limits).
         plain = (
             policy.kind == OPPORTUNISTIC and not policy.required and policy.fetch_failure is None
         )
-        key = f"mx:{resolved.site}" if plain else f"mx:{resolved.site}|{resolved.domain}"
+        mx_set = "+".join(sorted({host.name.rstrip(".").lower() for host in resolved.hosts}))
+        key = f"mx:{resolved.site}" if mx_set == resolved.site else f"mx:{resolved.site}|{mx_set}"
+        if not plain:
+            key += f"|{resolved.domain}"
         if route.transport.pools:  # type: ignore[attr-defined]
             # Each stream's sessions leave from its own addresses: they are not shared.
             key += f"|{jobs[0].stream}"

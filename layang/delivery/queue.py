@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,15 @@ from layang.mail.bounce_class import classify
 from layang.mail.events import append_events
 from layang.mail.message import REQUIRETLS, OutgoingMessage
 from layang.mail.suppression import suppressed_event_detail
-from layang.models import BOUNCE, COMPLAINT, DELAY, DELIVERY, FINAL_STATES, SUPPRESSED
+from layang.models import (
+    BOUNCE,
+    COMPLAINT,
+    DELAY,
+    DELIVERY,
+    FINAL_STATES,
+    SUPPRESSED,
+    Recipient,
+)
 from layang.queueing.leases import LeasedTable
 from layang.queueing.retry import RetryPolicy
 
@@ -100,6 +108,27 @@ def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[C
     """Lease up to ``limit`` due recipients to ``owner`` and return them, transactional before
     broadcast, oldest due first."""
     rows = RECIPIENTS.claim(owner, limit, lease_seconds)
+    rows.sort(key=lambda row: (row[6], row[5], row[0]))
+    return [ClaimedRecipient(*row[:5]) for row in rows]
+
+
+def claim_due_recipients_besides(
+    owner: str, accounts: Iterable[int], limit: int, lease_seconds: float
+) -> list[ClaimedRecipient]:
+    """As :func:`claim_due_recipients`, of accounts other than ``accounts`` only: the mail
+    of those that wait while ``accounts`` have the worker's sessions busy."""
+    now = now_ms()
+    chosen = (
+        Recipient.select(Recipient.id)
+        .where(
+            (Recipient.next_attempt_at <= now)
+            & (Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now))
+            & Recipient.account.not_in(sorted(accounts))
+        )
+        .order_by(Recipient.priority, Recipient.next_attempt_at)
+        .limit(limit)
+    )
+    rows = RECIPIENTS.claim_chosen(owner, [row[0] for row in chosen.tuples()], lease_seconds)
     rows.sort(key=lambda row: (row[6], row[5], row[0]))
     return [ClaimedRecipient(*row[:5]) for row in rows]
 

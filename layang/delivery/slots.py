@@ -27,6 +27,9 @@ from layang.destinations import sites
 from layang.destinations.shaping import is_slow_down
 from layang.destinations.sites import SiteView
 
+DOMAIN_REFUSALS = ("tls", "policy")
+"""Kinds of :class:`~layang.delivery.smtp.Refused` that are about one recipient domain's
+transport policy, never about the site's hosts."""
 SPARE_SECONDS = 1.0
 """A session slot freed by this process and not taken again within this long is given back to
 the site (so another process may use it)."""
@@ -87,6 +90,11 @@ class SiteSlots:
         :meth:`tick` gives back those not taken again soon."""
         self._spares.setdefault(site, []).append((slot, time.monotonic()))
 
+    def forget_spares(self, site: str) -> list[str]:
+        """The spare slots of ``site``, no longer kept (to release: the site is held back,
+        and a spare must not carry a session past its pause)."""
+        return [slot for slot, _ in self._spares.pop(site, [])]
+
     async def release(self, slots: list[str]) -> None:
         """Give ``slots`` back to their sites now."""
         if slots:
@@ -98,13 +106,17 @@ class SiteSlots:
 
     async def refused(self, site: str, refused: Refused, ceiling: int) -> None:
         """A session to ``site`` could not be set up: a "slow down" halves its limit, any
-        other refusal but a TLS policy not met counts towards suspending it."""
+        other refusal counts towards suspending it. A refusal of the recipient domain's own
+        transport policy (``tls``: no host met it; ``policy``: it allows none of its hosts)
+        says nothing of the site's hosts and is not told: it stays on that domain."""
+        if refused.kind in DOMAIN_REFUSALS:
+            return
         self._troubled.add(site)
         if is_slow_down(refused.reply):
             await self.offloop.call(
                 sites.slow_down, site, refused.reply, ceiling, throttle=self.throttle
             )
-        elif refused.kind != "tls":  # a policy not met says nothing of the site's health
+        else:
             await self.offloop.call(
                 sites.connect_failure, site, refused.reply, ceiling, throttle=self.throttle
             )

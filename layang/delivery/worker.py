@@ -26,7 +26,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
@@ -39,6 +39,7 @@ from layang.delivery.queue import (
     ClaimedRecipient,
     QueuedTransmission,
     claim_due_recipients,
+    claim_due_recipients_besides,
     load_transmissions,
     record_attempts,
     record_suppressed,
@@ -106,6 +107,7 @@ class Worker:
         self._wakeup: Wakeup | None = None
         self._sent = 0
         self._paced_at = time.monotonic()
+        self._next_look_besides = 0.0
 
     @property
     def engine(self) -> Engine:
@@ -119,6 +121,8 @@ class Worker:
                 owner=self.owner,
                 lease_seconds=self.config.lease_seconds,
                 throttle=Throttle.from_config(self.config),
+                setup_seconds=self.config.mx_setup_seconds,
+                transaction_seconds=self.config.mx_transaction_seconds,
             )
         return self._engine
 
@@ -145,6 +149,14 @@ class Worker:
         engine = self.engine
         target = self.backlog_target()
         if engine.pending >= max(1, target // 2):
+            crowding = engine.crowding_accounts()
+            if crowding and time.monotonic() >= self._next_look_besides:
+                # The backlog is mail of accounts that have their share of the sessions
+                # already: others' mail is claimed too, or it would wait behind it all.
+                self._next_look_besides = time.monotonic() + self.config.worker_poll_seconds
+                size = max(1, self.config.worker_connections // 4)
+                if self.run_once(stop, wait=False, limit=size, besides=crowding):
+                    return 0.0
             # Claim in larger batches: once half the backlog is sent, claim the other half.
             engine.wait_below(max(1, target // 2), self.config.worker_poll_seconds)
             return 0.0
@@ -185,10 +197,16 @@ class Worker:
         return max(1, min(size, self.config.worker_batch_size))
 
     def run_once(
-        self, stop: threading.Event | None = None, *, wait: bool = True, limit: int | None = None
+        self,
+        stop: threading.Event | None = None,
+        *,
+        wait: bool = True,
+        limit: int | None = None,
+        besides: Collection[int] = (),
     ) -> int:
-        """Claim one batch and hand every email in it to the engine; returns how many were
-        claimed. With ``wait``, returns once every outcome is recorded (or given up on)."""
+        """Claim one batch (of accounts other than ``besides`` only, if given) and hand every
+        email in it to the engine; returns how many were claimed. With ``wait``, returns once
+        every outcome is recorded (or given up on)."""
         database.connect(reuse_if_open=True)
         if self.abandoned:
             # What waits in the engine goes back to the queue; what is in flight or waiting to
@@ -202,7 +220,12 @@ class Worker:
                 if released:
                     log.info("released %d emails of a broken-off round", released)
         size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
-        claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
+        if besides:
+            claimed = claim_due_recipients_besides(
+                self.owner, besides, size, self.config.lease_seconds
+            )
+        else:
+            claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
         if not claimed:
             if wait:
                 self.engine.wait_below(1, 1e9)
@@ -320,6 +343,7 @@ class Worker:
             )
             job = Job(recipient, route, route.destination, envelope, built)
             job.stream = transmission.stream
+            job.account = transmission.account_id
             jobs.append(job)
         return jobs
 

@@ -251,17 +251,23 @@ class Shaping:
         return None
 
     def rule_for(self, mx_names: Sequence[str]) -> SiteRule:
-        """The rule of the site made of ``mx_names`` (in preference order): that of the first
-        host a rule matches, else the default, named by the host names, sorted, joined by
-        ``+``."""
-        for host in mx_names:
-            name = self.match(host)
-            if name is not None:
-                rule = self.rule_named(name)
-                assert rule is not None
-                return rule
+        """The rule of the site made of ``mx_names`` (in preference order). A domain joins a
+        rule's site only when every one of its MX hosts is a host of that rule: a site's
+        shared limits and state are the provider's, and a host outside it (one anyone may
+        run) must not speak for it. Any other set of hosts is a site of its own, named by the
+        host names, sorted, joined by ``+``, under the figures of the first rule one of its
+        hosts matches (so its sessions to that provider's hosts stay within them), else the
+        default's."""
+        matched = [self.match(host) for host in mx_names]
+        if matched and matched[0] is not None and all(m == matched[0] for m in matched):
+            rule = self.rule_named(matched[0])
+            assert rule is not None
+            return rule
         names = sorted({host.rstrip(".").lower() for host in mx_names})
-        return replace(self.default, name=_bounded("+".join(names)))
+        first = next((m for m in matched if m is not None), None)
+        figures = self.default if first is None else self.rule_named(first)
+        assert figures is not None
+        return replace(figures, name=_bounded("+".join(names)))
 
 
 _SLOW_DOWN = re.compile(

@@ -16,6 +16,7 @@ calls them from a thread. The queue views read the same state here (:func:`views
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,21 @@ class SiteView:
     last_reply: str | None
 
 
+_CODES = re.compile(r"\s*([2-5]\d\d)(?:[ -]([2-5]\.\d{1,3}\.\d{1,3}))?")
+
+
+def reply_codes(reply: str) -> str:
+    """The reply code and enhanced status code of ``reply`` (``421 4.7.28``), and nothing of
+    its text; ``no reply`` when it has no code (the connection failed). A site's state is
+    shown to every account whose mail waits on it, and a server's words may name one
+    account's recipients or tenant: the shared reason says only this (the whole reply stays
+    in ``last_reply``, for the operator)."""
+    found = _CODES.match(reply)
+    if found is None:
+        return "no reply"
+    return " ".join(part for part in found.groups() if part)
+
+
 def _view(row: SiteState | None, site: str, ceiling: int | None, now: int) -> SiteView:
     if row is None:
         return SiteView(site, True, ceiling, OK, None, None, None)
@@ -113,7 +129,8 @@ def slow_down(
 ) -> SiteView:
     """Record a "slow down" reply from ``site``: halve its limit (at least 1) and pause new
     sessions, the pause doubling when the signal repeats, up to the cap. A signal within the
-    window of the last one only updates the last reply."""
+    window of the last one only updates the last reply. The reason shown to accounts is in
+    Layang's words (:func:`reply_codes`)."""
     now = now_ms() if now is None else now
     with write_transaction(durable=False):
         row = _locked_row(site, now)
@@ -130,7 +147,7 @@ def slow_down(
             until_ms=now + pause,
             pause_ms=pause,
             signal_at=now,
-            reason=f"slow down: {reply.strip()}",
+            reason=f"slow down: {reply_codes(reply)}",
             last_reply=reply,
             updated_at=now,
         )
@@ -198,7 +215,7 @@ def connect_failure(
             state=SUSPENDED,
             until_ms=now + pause,
             pause_ms=pause,
-            reason=f"{failures} connection failures in a row: {reply.strip()}",
+            reason=f"{failures} connection failures in a row (last: {reply_codes(reply)})",
             last_reply=reply,
             updated_at=now,
         )

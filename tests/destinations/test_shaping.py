@@ -138,3 +138,17 @@ def test_slow_down_replies_are_told_from_other_temporary_failures():
     assert not is_slow_down("451 4.7.1 Greylisted, please try again later")
     assert not is_slow_down("450 4.2.1 mailbox busy")
     assert not is_slow_down("550 5.7.1 rate of unsolicited mail too high")
+
+
+def test_a_domain_joins_a_providers_site_only_through_the_providers_own_hosts():
+    shaping = Shaping.load(None)
+    mixed = ["mx.evil.example", "evil-example.mail.protection.outlook.com"]
+    rule = shaping.rule_for(mixed)
+    # A site of its own, named by its hosts, under the provider's figures.
+    assert rule == SiteRule(
+        "evil-example.mail.protection.outlook.com+mx.evil.example", 5, 50, None, "opportunistic"
+    )
+    assert shaping.rule_for(list(reversed(mixed))).name == rule.name
+    assert shaping.rule_for(["a.mail.protection.outlook.com", "b.mx.microsoft"]).name == (
+        "protection.outlook.com"
+    )

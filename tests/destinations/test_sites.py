@@ -37,7 +37,8 @@ def test_slow_down_halves_the_limit_pauses_and_successes_win_it_back(db):
     assert sites.gate(SITE, 10, now=T0) == sites.SiteView(SITE, True, 10, "ok", None, None, None)
     view = sites.slow_down(SITE, GMAIL, 10, now=T0)
     assert (view.open, view.limit, view.state, view.until_ms) == (False, 5, "throttled", T0 + 5000)
-    assert view.reason == f"slow down: {GMAIL}" and view.last_reply == GMAIL
+    # The reason every account sees is in Layang's words: the codes, not the server's text.
+    assert view.reason == "slow down: 421 4.7.28" and view.last_reply == GMAIL
     # Signals from other sessions within a second are the same signal.
     assert sites.slow_down(SITE, GMAIL, 10, now=T0 + 900).limit == 5
     assert sites.slow_down(SITE, GMAIL, 10, now=T0 + 999).until_ms == T0 + 5000
@@ -73,7 +74,7 @@ def test_repeated_connection_failures_suspend_the_site_with_growing_backoff(db):
     assert sites.connect_failure(SITE, refused, 10, now=T0 + 10).open
     view = sites.connect_failure(SITE, refused, 10, now=T0 + 20)
     assert (view.open, view.state, view.until_ms) == (False, "suspended", T0 + 5020)
-    assert view.reason == f"3 connection failures in a row: {refused}"
+    assert view.reason == "3 connection failures in a row (last: no reply)"
     now = T0 + 5100
     for _ in range(3):
         view = sites.connect_failure(SITE, refused, 10, now=now)
@@ -246,3 +247,11 @@ def test_resuming_a_site_makes_the_mail_waiting_on_it_due_at_once(client, auth):
         "r2@a.example": True,
         "r@b.example": False,
     }
+
+
+def test_a_sites_shown_reason_holds_only_the_codes_of_a_reply(db):
+    yahoo = "421 4.7.0 [TSS04] Messages from 192.0.2.1 deferred"
+    assert sites.reply_codes(yahoo) == "421 4.7.0"
+    assert sites.reply_codes("451-4.7.500 Server busy for bo@tenant.example") == "451 4.7.500"
+    assert sites.reply_codes("421 mx.example closing: too many sessions from you") == "421"
+    assert sites.reply_codes("connection to 192.0.2.1:25 refused") == "no reply"
