@@ -117,6 +117,8 @@ DELIVERY = (
     "suspend_after_failures",
     *("tls_cafile", "dane", "tlsrpt", "tlsrpt_from"),  # transport security
     "source_pools",  # the source addresses of each stream
+    "mx_setup_seconds",  # the deadlines of a session's set-up and of one transaction
+    "mx_transaction_seconds",
     *BREAKER_THRESHOLDS,  # a recorded batch that crosses a threshold raises the Warning
 )
 # Checked by every command before it starts (layang.serving.preflight).
