@@ -114,11 +114,14 @@ def _read_exactly(stream: BinaryIO, size: int, deadline: float) -> bytes:
     """``size`` bytes from the pipe ``stream``; ``TimeoutError`` past ``deadline``,
     ``EOFError`` when the child is gone."""
     fd = stream.fileno()
+    # poll, not select: select refuses descriptors past 1024, which a busy server reaches.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     chunks: list[bytes] = []
     wanted = size
     while wanted:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        if remaining <= 0 or not poller.poll(remaining * 1000):
             raise TimeoutError
         chunk = os.read(fd, min(wanted, 1 << 20))
         if not chunk:

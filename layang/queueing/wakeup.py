@@ -49,7 +49,11 @@ class Wakeup:
             if due is not None:
                 sleep = max(0.0, min(sleep, (due - now_ms()) / 1000))
             if sleep > 0 and not stop.is_set():
-                select.select([connection], [], [], sleep)
+                # poll, not select: select refuses descriptors past 1024, which a busy process
+                # reaches.
+                poller = select.poll()
+                poller.register(connection.fileno(), select.POLLIN)
+                poller.poll(sleep * 1000)
                 connection.poll()
                 connection.notifies.clear()
         except Exception as error:

@@ -168,10 +168,14 @@ class SlowLoris:
                     loris.received += 1
                     loris.open[path] = loris.open.get(path, 0) + 1
                     loris.most_open[path] = max(loris.most_open.get(path, 0), loris.open[path])
+                # poll, not select: a long test run's process holds descriptors past 1024,
+                # which select refuses (the handler then dropped the connection unanswered).
+                poller = select.poll()
+                poller.register(self.connection, select.POLLIN)
                 try:
                     for byte in loris.ANSWER[:-1]:
                         # Wait one interval, or until the client hangs up.
-                        readable, _, _ = select.select([self.connection], [], [], loris.interval)
+                        readable = poller.poll(loris.interval * 1000)
                         if loris.closing.is_set() or (readable and not self.connection.recv(1)):
                             return
                         self.wfile.write(bytes([byte]))
