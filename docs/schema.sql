@@ -1,4 +1,4 @@
--- Layang's database schema after migration 24, as a fresh database has it.
+-- Layang's database schema after migration 25, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -105,6 +105,22 @@ CREATE TABLE "api_key" (
 );
 CREATE INDEX api_key_account_id ON public.api_key USING btree (account_id);
 CREATE UNIQUE INDEX api_key_secret_hash ON public.api_key USING btree (secret_hash);
+
+CREATE TABLE "audit_entry" (
+    "id" integer DEFAULT nextval('audit_entry_id_seq'::regclass) NOT NULL,
+    "account_id" integer,
+    "at" bigint NOT NULL,
+    "actor" character varying(320) NOT NULL,
+    "action" character varying(64) NOT NULL,
+    "target" character varying(512) NOT NULL,
+    "source" character varying(64) NOT NULL,
+    "detail" text NOT NULL,
+    CONSTRAINT "audit_entry_pkey" PRIMARY KEY (id),
+    CONSTRAINT "audit_entry_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "audit_entry_id_seq" AS integer OWNED BY "audit_entry"."id";
+CREATE INDEX audit_entry_account_id_at ON public.audit_entry USING btree (account_id, at);
+CREATE INDEX audit_entry_at ON public.audit_entry USING btree (at);
 
 CREATE TABLE "authorized_recipient" (
     "id" character varying(26) NOT NULL,
@@ -600,6 +616,10 @@ CREATE TABLE "api_key" (
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "api_key_account_id" ON "api_key" ("account_id");
 CREATE UNIQUE INDEX "api_key_secret_hash" ON "api_key" ("secret_hash");
+
+CREATE TABLE "audit_entry" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" INTEGER REFERENCES "account" ("id") ON DELETE CASCADE, "at" INTEGER NOT NULL, "actor" VARCHAR(320) NOT NULL, "action" VARCHAR(64) NOT NULL, "target" VARCHAR(512) NOT NULL, "source" VARCHAR(64) NOT NULL, "detail" TEXT NOT NULL);
+CREATE INDEX "audit_entry_account_id_at" ON "audit_entry" ("account_id", "at");
+CREATE INDEX "audit_entry_at" ON "audit_entry" ("at");
 
 CREATE TABLE "authorized_recipient" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,

@@ -693,3 +693,26 @@ class ActivityCount(BaseModel):
 
 
 MODELS.append(ActivityCount)
+
+
+class AuditEntry(BaseModel):
+    """One change made by a person or an API key (CONTRACT section 21): ``at`` (epoch ms),
+    ``actor`` ("user:<email>", "key:<id>" or "system"), ``action`` (a dotted verb such as
+    ``template.updated``, ``recipient.erased``), ``target`` (what was changed; never a
+    recipient's address, an erasure names its SHA-256), ``source`` (the client's IP address, or
+    "cli"), ``detail`` (a JSON object). Written by ``layang.domain.audit.record``."""
+
+    id = peewee.AutoField()
+    account = peewee.ForeignKeyField(Account, null=True, on_delete="CASCADE", index=False)
+    at = peewee.BigIntegerField()
+    actor = peewee.CharField(max_length=320)
+    action = peewee.CharField(max_length=64)
+    target = peewee.CharField(max_length=512)
+    source = peewee.CharField(max_length=64)
+    detail = peewee.TextField()
+
+    class Meta:
+        indexes = ((("account", "at"), False), (("at",), False))
+
+
+MODELS.append(AuditEntry)
