@@ -28,8 +28,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def bomb(parts: int) -> bytes:
     body = b"".join(
-        b"--bomb\r\nContent-Type: text/plain\r\n\r\nsome text\r\n"
-        for _ in range(parts)
+        b"--bomb\r\nContent-Type: text/plain\r\n\r\nsome text\r\n" for _ in range(parts)
     )
     return (
         b"From: someone@example.net\r\nSubject: many parts\r\nMIME-Version: 1.0\r\n"

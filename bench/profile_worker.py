@@ -2,7 +2,7 @@
 ``smtp-sink`` (0 ms): cProfile in every thread of the worker (the engine's event loop runs in
 a thread of its own, which ``python -m cProfile`` alone would not see).
 
-    python bench/profile_worker.py [--messages 3000] [--top 30]
+    python bench/profile_worker.py [--messages 3000] [--top 30] [--timer wall|cpu]
                                    [--admin-url postgresql://user:password@127.0.0.1:5432/db]
 
 Prints each busy thread's functions by own time, and keeps the ``.prof`` files (pstats).
@@ -25,15 +25,20 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 
-def profiled_worker(out: str) -> None:
-    """``layang worker --processes 1`` in this process, every thread profiled into ``out``."""
+def profiled_worker(out: str, timer: str) -> None:
+    """``layang worker --processes 1`` in this process, every thread profiled into ``out``:
+    by wall-clock time (``timer`` "wall", which counts waits for the GIL as the waiting
+    function's time) or by the thread's CPU time ("cpu", slower to profile)."""
     import atexit
+    import time
+
+    clock = time.thread_time if timer == "cpu" else time.perf_counter
 
     profiles: list[tuple[str, cProfile.Profile]] = []
     original = threading.Thread.run
 
     def run(self: threading.Thread) -> None:
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(clock)
         profiles.append((self.name, profile))
         profile.enable()
         try:
@@ -42,7 +47,7 @@ def profiled_worker(out: str) -> None:
             profile.disable()
 
     threading.Thread.run = run  # type: ignore[method-assign]
-    main = cProfile.Profile()
+    main = cProfile.Profile(clock)
     profiles.append(("main", main))
 
     def dump() -> None:
@@ -83,10 +88,16 @@ def main() -> None:
         "--plain", action="store_true", help="no profiler: the worker's rate and CPU per thread"
     )
     parser.add_argument("--processes", type=int, default=1, help="with --plain")
+    parser.add_argument(
+        "--timer",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="profile by wall-clock time, or by each thread's CPU time (the GIL's waits apart)",
+    )
     parser.add_argument("--run-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_worker:
-        profiled_worker(args.run_worker)
+        profiled_worker(args.run_worker, args.timer)
         return
 
     import subprocess
@@ -109,7 +120,7 @@ def main() -> None:
         layang.fill([outgoing(n, 1) for n in range(args.messages)])
         sink.expect(args.messages)
         started = time.monotonic()
-        program = [sys.executable, __file__, "--run-worker", str(out)]
+        program = [sys.executable, __file__, "--run-worker", str(out), "--timer", args.timer]
         if args.plain:
             program = [sys.executable, "-m", "layang", "worker", "--processes", str(args.processes)]
         with open(base / "worker.log", "wb") as log:

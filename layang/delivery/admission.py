@@ -45,6 +45,13 @@ class Admission:
             await self.recorded.wait(_RECHECK_SECONDS)
         self.admitted += 1
 
+    def try_admit(self) -> bool:
+        """Count one more if there is room now (True), without waiting; else False."""
+        if self.unrecorded() + self.admitted >= MAX_UNRECORDED:
+            return False
+        self.admitted += 1
+        return True
+
     def release(self) -> None:
         """An admitted job's outcome is with the recorder now (counted there)."""
         self.admitted -= 1

@@ -392,7 +392,7 @@ class Engine:
         limit = self.transaction_seconds if destination.site is not None else None
         try:
             async with asyncio.timeout(limit) as job.deadline:
-                (result,) = await session.send(job.envelope, lambda: self._admit(job))
+                (result,) = await session.inner.send(job.envelope, lambda: self._admit(job))
         except Stale:
             await self._close(session)
             destination.queue.appendleft(job)
@@ -424,6 +424,9 @@ class Engine:
     async def _admit(self, job: Job) -> None:
         """Just before the message's end: wait for room under the unrecorded cap (which is
         not the server's time: the transaction's deadline moves on by as much)."""
+        if self.admission.try_admit():
+            job.admitted = True
+            return
         deadline, left = job.deadline, None
         loop = asyncio.get_running_loop()
         if deadline is not None and (when := deadline.when()) is not None:
@@ -545,7 +548,7 @@ class Engine:
         """The most sessions one account's mail may keep busy: all but ``reserve`` while it
         is the only account with mail here (so that another's first mail finds a session at
         once), an equal part of them each while several have."""
-        active = sum(1 for count in self._pending_by_account.values() if count > 0)
+        active = len(self._pending_by_account)  # only accounts with mail here (``_count_down``)
         if active <= 1:
             return max(1, self.connections - self.reserve)
         return max(1, self.connections // active)

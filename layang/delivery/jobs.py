@@ -43,6 +43,7 @@ class Job:
     stream: str = "transactional"
     admitted: bool = False  # counted by the admission (past the point of no return)
     account: int = 0  # whose mail: an account's share of the engine's sessions
+    from_domain: str = ""  # the From header's domain: the breaker its outcome counts for
     deadline: asyncio.Timeout | None = None  # the transaction's, while it runs
 
 

@@ -40,7 +40,10 @@ def format_reply(code: int, text: bytes | str) -> str:
     """``"<code> <text>"``, the server's text decoded leniently, a multi-line reply on one line."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    joined = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if "\n" in text or "\r" in text:
+        joined = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    else:
+        joined = text.strip()
     return f"{code} {joined}".strip() if code > 0 else joined
 
 

@@ -85,6 +85,8 @@ class QueuedTransmission:
         return self.tls_requirement == REQUIRETLS
 
     stream: str = "transactional"
+    stored_from_domain: str = ""
+    """The From domain as intake stored it ('' in rows stored before it was kept)."""
 
     @property
     def is_transactional(self) -> bool:
@@ -97,6 +99,8 @@ class QueuedTransmission:
     @property
     def from_domain(self) -> str:
         """The domain of the From header (the address DKIM aligns with), lower-cased."""
+        if self.stored_from_domain:
+            return self.stored_from_domain
         try:
             address = json.loads(self.from_header)["email"]
         except (ValueError, KeyError, TypeError):
@@ -141,7 +145,7 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
         'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header", '
-        '"tls_requirement", "stream" '
+        '"tls_requirement", "stream", "from_domain" '
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )
@@ -190,6 +194,9 @@ class Attempt:
     built: tuple[str, bytes] | None = None
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
     """More for each recipient's event detail (``host``, ``address``, ``tls``, ``durationMs``)."""
+    sender: tuple[int, str] | None = None
+    """(account id, From domain) of the message, when known: the circuit breakers its outcome
+    counts for (``layang.mail.breaker_levels.judge_recorded``)."""
 
 
 def record_attempts(owner: str, attempts: Sequence[Attempt], policy: RetryPolicy) -> dict[str, str]:

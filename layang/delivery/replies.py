@@ -82,14 +82,19 @@ class ReplyReader(asyncio.Protocol):
         while (end := buffer.find(b"\n", start)) >= 0:
             line = buffer[start:end].decode("utf-8", errors="replace").rstrip("\r")
             start = end + 1
-            self.lines.append(line)
-            if line[3:4] != "-":
-                try:
-                    code = int(line[:3])
-                except ValueError:
-                    code = 0
+            if line[3:4] == "-":
+                self.lines.append(line)
+                continue
+            try:
+                code = int(line[:3])
+            except ValueError:
+                code = 0
+            if self.lines:
+                self.lines.append(line)
                 self.ready.append((code, "\n".join(each[4:] for each in self.lines)))
                 self.lines = []
+            else:
+                self.ready.append((code, line[4:]))
         if start:
             del buffer[:start]
         if len(buffer) > MAX_LINE * 4:

@@ -516,19 +516,21 @@ class SmtpSession:
         mail_from = envelope.mail_from
         if "\r" in mail_from or "\n" in mail_from:
             return "invalid sender address (line break)"
-        smtputf8 = self.has("SMTPUTF8")
-        no_utf8 = f"5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
+        smtputf8 = "SMTPUTF8" in self.extensions
         if not mail_from.isascii() and not smtputf8:
-            return no_utf8
-        if envelope.requiretls and not self.has("REQUIRETLS"):
+            return self._no_utf8()
+        if envelope.requiretls and "REQUIRETLS" not in self.extensions:
             return f"550 5.7.30 REQUIRETLS is not supported by {self.where}"
         for index, recipient in enumerate(envelope.recipients):
             if "\r" in recipient or "\n" in recipient:
                 reason = "invalid recipient address (line break)"
                 results[index] = RecipientResult(recipient, 0, reason, BOUNCED)
             elif not recipient.isascii() and not smtputf8:
-                results[index] = RecipientResult(recipient, 0, no_utf8, BOUNCED)
+                results[index] = RecipientResult(recipient, 0, self._no_utf8(), BOUNCED)
         return None
+
+    def _no_utf8(self) -> str:
+        return f"5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
 
     def _mail_options(self, envelope: Envelope, message: bytes) -> str:
         options = []

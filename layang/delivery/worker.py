@@ -320,6 +320,7 @@ class Worker:
             return []
         # What was composed is kept for retries (see record_attempts), unless it is personal.
         built = (transmission.id, body) if message is not None and not personal else None
+        sender = (transmission.account_id, transmission.from_domain)
         jobs = []
         for recipient in recipients:
             route = self.router.route_for(recipient.address)
@@ -329,7 +330,9 @@ class Worker:
                 log.error("could not build message tid=%s: %s", transmission.id, error)
                 reply = f"message could not be built: {error}"
                 result = RecipientResult(recipient.address, 0, reply, BOUNCED)
-                self.books.add(Attempt([recipient], {recipient.address: result}, built))
+                self.books.add(
+                    Attempt([recipient], {recipient.address: result}, built, sender=sender)
+                )
                 continue
             envelope = Envelope(
                 copy.mail_from,
@@ -344,6 +347,7 @@ class Worker:
             job = Job(recipient, route, route.destination, envelope, built)
             job.stream = transmission.stream
             job.account = transmission.account_id
+            job.from_domain = sender[1]
             jobs.append(job)
         return jobs
 
@@ -358,7 +362,8 @@ class Worker:
         log.error("could not build message tid=%s: %s", transmission.id, error)
         reply = f"message could not be built: {error}"
         results = {r.address: RecipientResult(r.address, 0, reply, BOUNCED) for r in recipients}
-        self.books.add(Attempt(recipients, results))
+        sender = (transmission.account_id, transmission.from_domain)
+        self.books.add(Attempt(recipients, results, sender=sender))
 
 
 class Bookkeeper:
@@ -426,7 +431,10 @@ class Bookkeeper:
         if job.detail.get("durationMs") is not None:
             relay_latency().observe(job.detail["durationMs"] / 1000)
         details = {job.recipient.address: job.detail} if job.detail else {}
-        self.add(Attempt([job.recipient], {job.recipient.address: result}, job.built, details))
+        sender = (job.account, job.from_domain) if job.account else None
+        self.add(
+            Attempt([job.recipient], {job.recipient.address: result}, job.built, details, sender)
+        )
 
     def add(self, attempt: Attempt) -> None:
         with self.lock:
@@ -553,7 +561,7 @@ class Bookkeeper:
                 self.worker.abandoned = True
                 break
         # The Warning goes out with the event that crossed the threshold, not with a later send.
-        judge_recorded(recorded.items(), self.worker.config)
+        judge_recorded(recorded.items(), self.worker.config, senders(attempts))
         counts = collections.Counter(recorded.values())
         for status, count in counts.items():
             recorded_outcomes().labels(status).inc(count)
@@ -602,3 +610,13 @@ class Bookkeeper:
             return
         if released:
             log.info("handed back %d emails to the queue", released)
+
+
+def senders(attempts: Iterable[Attempt]) -> dict[str, tuple[int, str]]:
+    """Recipient id → (account id, From domain) of the ``attempts`` whose message is known."""
+    return {
+        r.id: attempt.sender
+        for attempt in attempts
+        if attempt.sender is not None
+        for r in attempt.recipients
+    }

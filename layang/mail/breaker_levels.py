@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from peewee import fn
@@ -207,7 +207,6 @@ def _queue_warning(account_id: int, at: int, detail: str) -> None:
     )
 
 
-
 # Recording judges at once when a bounce or complaint is recorded (what raises a rate); after
 # deliveries alone (which only lower it, or bring the volume to the minimum) at most this
 # often per account and domain in one process.
@@ -216,45 +215,59 @@ _judged: dict[tuple[int, str], float] = {}
 _judged_lock = threading.Lock()
 
 
-def judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list[Standing]:
+def judge_recorded(
+    recorded: Iterable[tuple[str, str]],
+    config: Config,
+    senders: Mapping[str, tuple[int, str]] | None = None,
+) -> list[Standing]:
     """Judge the breakers of the accounts and From domains of ``recorded`` (recipient id,
     event status) pairs just stored (their transaction committed), recording and announcing
-    every level that rose; returns those raised.
+    every level that rose; returns those raised. ``senders`` gives, by recipient id, the
+    (account id, From domain) the caller knows already; the others are looked up.
 
     Call it after every batch of ``Delivery``, ``Bounce`` or ``Complaint`` events is stored:
     the ``Warning`` goes out with the event that crossed the threshold, not with a later send.
     It raises a breaker to a warning at most; pausing is decided when mail is sent.
-    Costs one query when nothing counts, three per account and domain otherwise. Never
-    raises: the events are stored already, and a breaker left unjudged is judged by the next
-    recording or send.
+    Costs nothing when every sender is known and judged within the last second after
+    deliveries alone; at most one query for the unknown senders and three per account and
+    domain judged. Never raises: the events are stored already, and a breaker left unjudged is
+    judged by the next recording or send.
     """
     try:
-        return _judge_recorded(recorded, config)
+        return _judge_recorded(recorded, config, senders or {})
     except Exception:
         log.exception("could not judge the circuit breaker after recording")
         return []
 
 
-def _judge_recorded(recorded: Iterable[tuple[str, str]], config: Config) -> list[Standing]:
-    pressing, counted = set(), set()
-    for recipient_id, status in recorded:
-        if status in (BOUNCE, COMPLAINT):
-            pressing.add(recipient_id)
-        elif status == DELIVERY:
-            counted.add(recipient_id)
-    if not pressing and not counted:
-        return []
-    rows = (
-        Recipient.select(Recipient.id, Transmission.account, Transmission.from_domain)
-        .join(Transmission)
-        .where(Recipient.id.in_(list(pressing | counted)))
-        .tuples()
-    )
+def _judge_recorded(
+    recorded: Iterable[tuple[str, str]], config: Config, senders: Mapping[str, tuple[int, str]]
+) -> list[Standing]:
     keys: dict[tuple[int, str], bool] = {}
-    for recipient_id, account_id, from_domain in rows:
-        urgent = recipient_id in pressing
+
+    def count(account_id: int, from_domain: str, urgent: bool) -> None:
         for key in ((account_id, ACCOUNT_WIDE), (account_id, from_domain or ACCOUNT_WIDE)):
             keys[key] = keys.get(key, False) or urgent
+
+    unknown: dict[str, bool] = {}
+    for recipient_id, status in recorded:
+        if status not in (BOUNCE, COMPLAINT, DELIVERY):
+            continue
+        urgent = status != DELIVERY
+        sender = senders.get(recipient_id)
+        if sender is None:
+            unknown[recipient_id] = unknown.get(recipient_id, False) or urgent
+        else:
+            count(*sender, urgent)
+    if unknown:
+        rows = (
+            Recipient.select(Recipient.id, Transmission.account, Transmission.from_domain)
+            .join(Transmission)
+            .where(Recipient.id.in_(list(unknown)))
+            .tuples()
+        )
+        for recipient_id, account_id, from_domain in rows:
+            count(account_id, from_domain, unknown[recipient_id])
     now = time.monotonic()
     raised = []
     for key, urgent in keys.items():
