@@ -235,16 +235,33 @@ class Engine:
                     break
                 if destination.paused:
                     break
+                if session is not None and session.closed:
+                    session = None
                 if session is None:
                     session = self.pool.take_idle(destination.key)
-                if session is None and destination.blocked_until > time.monotonic():
-                    # No new session may open now: the tick tries again, not a loop here.
-                    break
+                if session is None:
+                    if destination.blocked_until > time.monotonic():
+                        # No new session may open now: the tick tries again, not a loop here.
+                        break
+                    # A session takes mail only once it is ready (greeted, EHLO, STARTTLS):
+                    # the mail waits in the queue meanwhile, for whichever session is ready
+                    # first, never on one a server leaves unanswered (CONTRACT section 19).
+                    session = await self._ready_session(destination)
+                    if session is None:
+                        break
+                    continue  # the setup took time: look at the lease, pause and queue again
                 job = self._next_job(destination)
                 if job is None:
                     # Every account queued here has its share of the sessions while others
                     # wait: this session goes idle (to be closed for them); the tick comes back.
                     break
+                if not _may_carry(session, job):
+                    # Connected to a host this job's domain does not name (its MX set or
+                    # policy changed meanwhile): never hand its mail to another domain's server.
+                    destination.queue.appendleft(job)
+                    await self._close(session)
+                    session = None
+                    continue
                 destination.waiting -= 1
                 self._busy_by_account[job.account] += 1
                 try:
@@ -276,10 +293,8 @@ class Engine:
     async def _step(
         self, destination: Destination, session: Pooled | None, job: Job
     ) -> Pooled | None:
-        """Run ``job``; returns the session to go on with (None: none)."""
-        session = await self._ensure_session(destination, session, job)
-        if session is None:
-            return None
+        """Run ``job`` on the ready ``session``; returns the session to go on with (None:
+        none)."""
         if not self._meets_policy(destination, session, job):
             return session
         await self._wait_for_rate(destination)
@@ -290,19 +305,36 @@ class Engine:
         self._settle_if_gone(destination, session, result)
         return await self._keep_or_retire(destination, session)
 
-    async def _ensure_session(
-        self, destination: Destination, session: Pooled | None, job: Job
-    ) -> Pooled | None:
-        """``session`` if still open, else a new one (None: none could be had, and ``job``
-        was settled or queued again)."""
-        if session is not None and not session.closed:
-            if _may_carry(session, job):
-                return session
-            # Connected to a host this job's domain does not name (its MX set or policy
-            # changed meanwhile): never hand its mail to another domain's server.
-            await self._close(session)
+    async def _ready_session(self, destination: Destination) -> Pooled | None:
+        """A new session to ``destination``, set up for the first job in its queue whose
+        account is under its share (the job stays queued: any ready session may take it).
+        None: none could be had now. A server that refused it while other sessions of this
+        process carry the destination's mail only lowers the site's limit; with none, the queue
+        is settled with the refusal (one unreachable server is not tried once per recipient)."""
+        if not destination.queue:
+            return None
+        share = self._share()
+        job = next(
+            (
+                queued
+                for queued in itertools.islice(destination.queue, SHARE_SCAN)
+                if self._busy_by_account[queued.account] < share
+            ),
+            None,
+        )
+        if job is None:
+            return None  # every account queued here has its share of the sessions
+        # A session being set up counts towards its account's share, as a busy one does: an
+        # account at slow servers may not fill every session with setups either.
+        self._busy_by_account[job.account] += 1
+        try:
+            return await self._set_up(destination, job)
+        finally:
+            _count_down(self._busy_by_account, job.account)
+
+    async def _set_up(self, destination: Destination, job: Job) -> Pooled | None:
         if destination.site is not None:
-            slot = await self._site_slot(destination, job)
+            slot = await self._site_slot(destination)
             if slot is None:
                 return None
         else:
@@ -314,6 +346,7 @@ class Engine:
         except Refused as refused:
             self.pool.unreserve()
             await self._report_tls(refused.reports)
+            carried = self._carried(destination)
             if destination.site is not None:
                 if slot:
                     self._keep_slot(destination.site, slot)
@@ -321,18 +354,23 @@ class Engine:
                 code = refused.code if 400 <= refused.code < 500 else 0
             else:
                 code = refused.code
+            if carried and refused.kind not in DOMAIN_REFUSALS:
+                return None
             result = RecipientResult("", code, refused.reply, DEFERRED)
             if refused.kind in DOMAIN_REFUSALS and job.mx is not None:
                 # The domain's own policy: a Delay of that domain's mail, no one else's.
-                self._fail_queue(destination, result, job, domain=job.mx.domain)
+                self._fail_queue(destination, result, domain=job.mx.domain)
             else:
-                # One unreachable server is not tried once per recipient.
-                self._fail_queue(destination, result, job)
+                self._fail_queue(destination, result)
             return None
         await self._report_tls(getattr(opened, "reports", ()))
-        pooled = self.pool.adopt(opened, destination.site)
+        pooled = self.pool.adopt(opened, destination.site, destination.key)
         pooled.slot = slot or None
         return pooled
+
+    def _carried(self, destination: Destination) -> bool:
+        """Whether a session of this process is open to ``destination`` (busy or idle)."""
+        return self.pool.carrying(destination.key) > 0
 
     async def _open(self, destination: Destination, job: Job) -> Any:
         """A new session of ``destination``'s transport for ``job``; one to an MX site must be
@@ -347,19 +385,23 @@ class Engine:
             reply = f"451 4.4.1 no session to {destination.site} set up within {seconds} s"
             raise Refused("connect", 451, reply) from None
 
-    async def _site_slot(self, destination: Destination, job: Job) -> str | None:
+    async def _site_slot(self, destination: Destination) -> str | None:
         """A slot of ``destination``'s site for a new session (``""``: go without one), or
         None: a paused or suspended site has its waiting mail held (a ``Delay`` once, with
-        the reason), a site at its limit across processes keeps it queued here a moment."""
+        the reason) unless a throttled site's open sessions here carry it on; a site at its
+        limit across processes keeps it queued here a moment."""
         site, ceiling = destination.site, destination.ceiling
         assert site is not None
         slot = await self.slots.take(site, ceiling, self.pool.holding(site))
         if slot is not None:
             return slot
         view = await self.slots.gate(site, ceiling)
-        destination.queue.appendleft(job)
         if view is not None and not view.open:
-            self._hold_site(destination, view.until_ms, view.reason or view.state)
+            if view.state == "suspended" or not self._carried(destination):
+                self._hold_site(destination, view.until_ms, view.reason or view.state)
+            else:
+                # Throttled: no new session for now, the open ones go on at the lowered limit.
+                destination.blocked_until = time.monotonic() + BLOCKED_SECONDS
         else:
             # Tried again by the tick, or at once when this process frees a slot there.
             destination.blocked_until = time.monotonic() + BLOCKED_SECONDS
@@ -650,7 +692,7 @@ class Engine:
                 self._pump(destination)
             elif destination.queue and not destination.paused and not destination.blocked_until:
                 self._pump(destination)  # its account's share may have room again
-            sited = destination.site is not None
+            sited = destination.route.sited  # an MX site: idle sessions hold its slots briefly
             for session in self.pool.expired(destination.key, now, sited):
                 await self._close(session)
             if (
@@ -671,6 +713,7 @@ class Engine:
         site each domain resolved to."""
         if not self.ready.any_site:
             return
+        await self._hold_suspended()
         excess = await self.slots.tick(now, self.pool.held())
         for site, count in excess.items():
             keys = [d.key for d in self.ready.of_site(site)]
@@ -681,6 +724,28 @@ class Engine:
             learned = resolver.learned_sites() if resolver is not None else None
             if learned:
                 await self.offloop.call(remember_sites, learned)
+
+    async def _hold_suspended(self) -> None:
+        """Hold the mail of every site this engine sends to that is suspended now (an operator's
+        ``layang queue suspend``, from any process): within a tick, no session there starts
+        another transaction (CONTRACT section 19); idle ones close, giving back their slots."""
+        busy = {
+            d.site
+            for d in self.ready
+            if d.site is not None and not d.paused and (d.queue or d.runners)
+        }
+        if not busy:
+            return
+        views = await self.offloop.call(sites.views, sorted(busy), default={})
+        for site in sorted(busy):
+            view = views.get(site)
+            if view is None or view.state != "suspended" or view.open:
+                continue
+            destinations = self.ready.of_site(site)
+            self._hold_site(destinations[0], view.until_ms, view.reason or view.state)
+            for destination in destinations:
+                while (session := self.pool.take_idle(destination.key)) is not None:
+                    await self._close(session)
 
     async def _close_all(self) -> None:
         self._ticking.cancel()

@@ -112,11 +112,26 @@ class ReadyQueues:
         return any(d.site for d in self.destinations.values())
 
     def for_job(self, job: Job) -> Destination:
-        """The destination of a job whose route names it (not ``sited``)."""
+        """The destination of a job whose route names it (not ``sited``). A smarthost is a
+        site (its ``site`` and ``rule``): its limit and state are shared across processes."""
         destination = self.destinations.get(job.destination)
         if destination is None:
             limit = min(job.route.max_sessions or self.connections, self.connections)
-            destination = Destination(job.destination, job.route, limit, 100)
+            transport = job.route.transport
+            site = getattr(transport, "site", None)
+            if isinstance(site, str):
+                rule = transport.rule  # type: ignore[attr-defined]
+                destination = Destination(
+                    job.destination,
+                    job.route,
+                    0,
+                    rule.messages_per_connection,
+                    site=site,
+                    rule=rule,
+                )
+                destination.limit = min(limit, destination.ceiling)
+            else:
+                destination = Destination(job.destination, job.route, limit, 100)
             self.destinations[job.destination] = destination
         return destination
 

@@ -26,12 +26,15 @@ holds one of the site's shared slots."""
 class Pooled:
     """An open session, counted in its pool until closed; ``slot`` is the site slot it holds
     (None: none), ``retiring`` says it closes after its transaction (its process is over its
-    fair share of the site)."""
+    fair share of the site); ``key`` is the destination it was opened for."""
 
-    def __init__(self, inner: Session, pool: SessionPool, site: str | None = None) -> None:
+    def __init__(
+        self, inner: Session, pool: SessionPool, site: str | None = None, key: str = ""
+    ) -> None:
         self.inner = inner
         self.pool = pool
         self.site = site
+        self.key = key
         self.slot: str | None = None
         self.retiring = False
         self._counted = True
@@ -97,9 +100,14 @@ class SessionPool:
         """The reserved session could not be opened."""
         self.open -= 1
 
-    def adopt(self, session: Session, site: str | None = None) -> Pooled:
-        """A reserved session, now open, in the pool's count until it closes."""
-        return Pooled(session, self, site)
+    def adopt(self, session: Session, site: str | None = None, key: str = "") -> Pooled:
+        """A reserved session to destination ``key``, now open, in the pool's count until it
+        closes."""
+        return Pooled(session, self, site, key)
+
+    def carrying(self, key: str) -> int:
+        """How many open sessions (busy or idle) destination ``key`` has."""
+        return sum(1 for s in self.sessions if s.key == key and not s.inner.closed)
 
     def idle(self, key: str) -> int:
         """How many sessions to destination ``key`` are idle."""

@@ -105,14 +105,16 @@ class SiteSlots:
         return await self.offloop.call(sites.take_rate, site, rate, default=0.0)
 
     async def refused(self, site: str, refused: Refused, ceiling: int) -> None:
-        """A session to ``site`` could not be set up: a "slow down" halves its limit, any
-        other refusal counts towards suspending it. A refusal of the recipient domain's own
-        transport policy (``tls``: no host met it; ``policy``: it allows none of its hosts)
-        says nothing of the site's hosts and is not told: it stays on that domain."""
+        """A session to ``site`` could not be set up: a "slow down" halves its limit (so does a
+        421 to the new connection, or no greeting: the server serves fewer sessions than are
+        opened, CONTRACT section 19), any other refusal counts towards suspending it. A refusal
+        of the recipient domain's own transport policy (``tls``: no host met it; ``policy``:
+        it allows none of its hosts) says nothing of the site's hosts and is not told: it
+        stays on that domain."""
         if refused.kind in DOMAIN_REFUSALS:
             return
         self._troubled.add(site)
-        if is_slow_down(refused.reply):
+        if is_slow_down(refused.reply) or (refused.kind == "greeting" and refused.code == 0):
             await self.offloop.call(
                 sites.slow_down, site, refused.reply, ceiling, throttle=self.throttle
             )

@@ -6,7 +6,11 @@
     mandatory and verifies the certificate against the system CAs, or only against
     ``?cafile=/path.pem``; ``?verify=off`` keeps the encryption but skips verification.
     ``?tls=off`` never starts TLS. Credentials (percent-encoded in the URL) are only ever sent
-    over TLS, unless ``tls=off`` says plaintext is intended.
+    over TLS, unless ``tls=off`` says plaintext is intended. ``?sessions=N`` (default 50, as
+    many as Postfix's anvil allows one client by default) is the most sessions open to it at
+    once, across every worker process and host sharing the database: the smarthost is a site
+    (named ``host:port``) whose limit is lowered, as an MX site's is, when it answers 421 to a
+    new connection or does not greet within 30 s (docs/deploy.md, "Sizing").
 ``smtps://[user:pass@]host[:port]``
     Implicit TLS, port 465 by default, certificate verified (``cafile=`` and ``verify=off`` as
     above).
@@ -30,7 +34,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from layang.delivery.capture import CaptureDirectory
 from layang.delivery.smtp import SmtpSession
 from layang.destinations.certificates import verification_failure
+from layang.destinations.shaping import SiteRule
 from layang.tls_trust import client_ssl_context
+
+DEFAULT_SESSIONS = 50
+"""Sessions open to a smarthost at once unless its URL says ``?sessions=N``."""
+MAX_SESSIONS = 10_000
 
 
 class RelayConfigError(ValueError):
@@ -55,6 +64,7 @@ class Smarthost:
     timeout: float = 60.0
     trusted_cafile: str = ""
     pipelining: bool = True
+    sessions: int = DEFAULT_SESSIONS
 
     def __repr__(self) -> str:
         scheme = "smtps" if self.implicit_tls else "smtp"
@@ -66,9 +76,20 @@ class Smarthost:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     @property
-    def site(self) -> None:
-        """A smarthost is no shared site: its limits are this process's own."""
-        return None
+    def site(self) -> str:
+        """The site the smarthost is (``host:port``, lower-cased): its session limit and state
+        (throttled, suspended) are shared by every process, as an MX site's are."""
+        return self.where.lower()
+
+    @property
+    def rule(self) -> SiteRule:
+        """The smarthost's shaping: ``sessions`` at once, 100 messages per session."""
+        return SiteRule(self.site, connections=self.sessions)
+
+    @property
+    def sources(self) -> tuple[None]:
+        """One source: the system's choice of address (a site's limit is per source)."""
+        return (None,)
 
     def session(self) -> SmtpSession:
         """A new session to the smarthost, not opened yet."""
@@ -157,9 +178,11 @@ def relay_from_url(
     cafile = options.pop("cafile", None)
     verify_given = "verify" in options
     verify = options.pop("verify", "on")
+    sessions = _sessions(options.pop("sessions", None))
     if options:
         raise RelayConfigError(
-            f"unknown relay URL option(s) {sorted(options)}: known are tls, cafile, verify"
+            f"unknown relay URL option(s) {sorted(options)}: known are tls, cafile, verify, "
+            "sessions"
         )
     if verify not in ("on", "off"):
         raise RelayConfigError("relay URL option verify must be on or off")
@@ -202,7 +225,18 @@ def relay_from_url(
         helo_name=helo_name or "localhost",
         timeout=timeout,
         trusted_cafile=trusted_cafile,
+        sessions=sessions,
     )
+
+
+def _sessions(value: str | None) -> int:
+    if value is None:
+        return DEFAULT_SESSIONS
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SESSIONS:
+        raise RelayConfigError(
+            f"relay URL option sessions must be a whole number from 1 to {MAX_SESSIONS}"
+        )
+    return int(value)
 
 
 def redact_url(url: str) -> str:

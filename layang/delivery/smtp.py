@@ -45,6 +45,9 @@ replies. A client that does not read while it writes must bound what it writes, 
 blocked on sending replies not yet read would stop reading what we send (RFC 2920 leaves avoiding
 that deadlock to the client)."""
 _QUIT_TIMEOUT = 5.0
+GREETING_SECONDS = 30.0
+"""A server that has not greeted within this long is not serving the session (RFC 5321 section
+4.5.3.2.1 gives clients 5 minutes; a server at its session limit never greets at all)."""
 
 
 class Refused(Exception):
@@ -175,7 +178,7 @@ class SmtpSession:
         peer = self._transport.get_extra_info("peername")
         self.peer = peer[0] if peer else self.address
         try:
-            code, text = await self._reply()
+            code, text = await self._greeting(replies)
             self.greeting = format_reply(code, text)
             if code != 220:
                 raise Refused("greeting", code, self.greeting)
@@ -198,6 +201,21 @@ class SmtpSession:
             self._abort()
             raise Refused("connect", 0, lost.reply) from None
         self.last_used = time.monotonic()
+
+    async def _greeting(self, replies: ReplyReader) -> tuple[int, str]:
+        """The server's greeting, within ``GREETING_SECONDS``: a server that serves fewer
+        sessions than are opened leaves the others unanswered in its listen queue, and that
+        must show as soon as it says something of the server (a ``greeting`` refusal with
+        code 0, which lowers the site's session limit)."""
+        wait = min(self.timeout, GREETING_SECONDS)
+        try:
+            return await replies.next(wait)
+        except Lost:
+            if replies.failure is not None:
+                raise
+            raise Refused(
+                "greeting", 0, f"no greeting from {self.where} within {wait:g} s"
+            ) from None
 
     async def _hello(self) -> None:
         code, text = await self._command(f"EHLO {self.helo_name}")

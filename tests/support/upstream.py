@@ -169,6 +169,7 @@ class Upstream:
         self._data_script: deque[str] = deque()
         self._data_command_script: deque[str] = deque()
         self._connections = 0
+        self.peak_connections = 0  # the most connections open at once
         self._stalled = False
         self._in_stall = threading.Event()
         self.data_delay = 0.0
@@ -508,6 +509,9 @@ class _TrackedSMTP(SMTP):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.upstream._sessions.add(self)
+        self.upstream.peak_connections = max(
+            self.upstream.peak_connections, len(self.upstream._sessions)
+        )
 
     def connection_lost(self, error: Exception | None) -> None:
         self.upstream._sessions.discard(self)
