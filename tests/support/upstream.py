@@ -170,6 +170,7 @@ class Upstream:
         self._data_command_script: deque[str] = deque()
         self._connections = 0
         self.peak_connections = 0  # the most connections open at once
+        self.chunking = False  # offer CHUNKING (RFC 3030 BDAT)
         self._stalled = False
         self._in_stall = threading.Event()
         self.data_delay = 0.0
@@ -418,6 +419,8 @@ class _Handler:
             responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
         if self.upstream.pipelining:
             responses = [*responses[:-1], "250-PIPELINING", responses[-1]]
+        if self.upstream.chunking:
+            responses = [*responses[:-1], "250-CHUNKING", responses[-1]]
         if self.upstream.requiretls and session.ssl is not None:
             responses = [*responses[:-1], "250-REQUIRETLS", responses[-1]]
         return responses
@@ -537,6 +540,33 @@ class _TrackedSMTP(SMTP):
                 return
             self.upstream._note("REQUIRETLS", arg or "")
         await super().smtp_MAIL(arg)
+
+    async def smtp_BDAT(self, arg: str) -> None:
+        """RFC 3030: ``BDAT <size> [LAST]``, then exactly ``size`` bytes (always read, even
+        when refused); the message is handled as DATA's is once the last chunk came."""
+        upstream = self.upstream
+        size, _, last = arg.strip().partition(" ")
+        if not upstream.chunking or not size.isdigit() or last.upper() not in ("", "LAST"):
+            await self.push("501 5.5.4 Syntax: BDAT <size> [LAST]")
+            return
+        chunk = await self._reader.readexactly(int(size))
+        upstream._note("BDAT", arg)
+        chunks = self.__dict__.setdefault("chunks", [])
+        if self.envelope.mail_from is None or not self.envelope.rcpt_tos:
+            chunks.clear()
+            await self.push("554 5.5.1 Error: no valid recipients")
+            return
+        chunks.append(chunk)
+        if not last:
+            await self.push(f"250 2.0.0 {size} octets received")
+            return
+        data = b"".join(chunks)
+        chunks.clear()
+        self.envelope.original_content = data
+        self.envelope.content = data
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()
+        await self.push(status)
 
     async def smtp_DATA(self, arg: str) -> None:
         upstream = self.upstream
