@@ -722,5 +722,6 @@ def queue_resume(site: str) -> None:
     emit(rows[0] if rows else {"site": name, "state": view.state})
 
 
-# Registered on import: retention, erasure and ``accounts set`` live in their own module.
-import layang.cli.retention  # noqa: E402, F401
+# Registered on import: retention, erasure, ``accounts set`` and ``db backup`` live in their own
+# modules.
+from layang.cli import backup, retention  # noqa: E402, F401
