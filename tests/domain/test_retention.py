@@ -298,3 +298,23 @@ def test_the_cli_sets_shows_and_runs_retention(client, auth, config, upstream, r
     assert code == 2 and "ISO 8601" in err
     code, _, err = layang(config, "accounts", "set", "nobody", "--retention-days", "3")
     assert code == 1 and "nobody" in err
+
+
+def test_the_worker_applies_retention_by_itself(client, auth, config, upstream, relay_to, tmp_path):
+    from tests.delivery.test_crash import process_env, start, stop, wait_while_running
+
+    tid = send(client, auth, ["ana@rcpt.test"])
+    drain(relay_to(upstream))
+    client.patch("/v1/layang/account", json={"storeContent": False}, headers=auth)
+    log = tmp_path / "worker.log"
+    worker = start(["worker"], process_env(config, LAYANG_RELAY_URL=upstream.url), log)
+    try:
+        wait_while_running(
+            lambda: Transmission.get_by_id(tid).content_expired_at is not None,
+            worker,
+            log,
+            "the worker did not expire the content",
+        )
+    finally:
+        stop(worker)
+    assert activity(client, auth)["ana@rcpt.test"]["content"] == "expired"
