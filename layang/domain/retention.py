@@ -14,6 +14,7 @@ budget, ``layang retention run`` until nothing is left.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -38,11 +39,14 @@ from layang.models import (
     WebhookEvent,
 )
 
+log = logging.getLogger("layang.retention")
+
 DAY_MS = 86_400_000
 BATCH = 1000
 """Rows of one kind removed per write transaction."""
-WORKER_BUDGET_SECONDS = 5.0
-"""How long one of the worker's runs may keep removing before it leaves the rest for the next."""
+WORKER_BUDGET_SECONDS = 2.0
+"""How long one of the worker's runs may keep removing before it leaves the rest for the next:
+sending waits meanwhile, so a backlog (after a settings change) is worked off over several runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,8 @@ def apply(
         removed.contents += _expire_content(account, policy, now, budget)
         removed.add(_remove_records(account, policy, now, budget))
         removed.webhook_deliveries += _remove_webhook_history(account, policy, now, budget)
+    if any(removed.as_json().values()):
+        log.info("retention removed %s", " ".join(f"{k}={v}" for k, v in removed.as_json().items()))
     return removed
 
 
