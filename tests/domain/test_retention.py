@@ -318,3 +318,22 @@ def test_the_worker_applies_retention_by_itself(client, auth, config, upstream, 
     finally:
         stop(worker)
     assert activity(client, auth)["ana@rcpt.test"]["content"] == "expired"
+
+
+def test_links_in_mail_older_than_its_records_still_lead_to_their_address(
+    client, auth, config, upstream, relay_to
+):
+    from tests.mail.test_tracking import html_of, links, path_of
+    from tests.mail.test_tracking import send as send_tracked
+
+    send_tracked(client, auth, ["ana@rcpt.test"], clickTracking=True)
+    drain(relay_to(upstream))
+    click = next(u for u in links(html_of(upstream.received[0])) if "/t/c/" in u)
+    assert client.get(path_of(click)).status_code == 302
+    retention.apply(config, now_ms() + 50 * DAY_MS)
+    assert activity(client, auth) == {}
+
+    later = client.get(path_of(click))
+    assert later.status_code == 200 and "Location" not in later.headers
+    assert 'href="https://shop.test/orders/42?a=1&amp;b=2"' in later.get_data(as_text=True)
+    assert Event.select().count() == 0
