@@ -15,6 +15,7 @@ budget, ``layang retention run`` until nothing is left.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -118,7 +119,12 @@ def apply(
     now = now_ms() if now is None else now
     budget = _Budget(budget_seconds)
     removed = Removed()
-    for account in _accounts():
+    accounts = list(_accounts())
+    if budget_seconds is not None:
+        # Runs cut short by the budget start each time elsewhere, so that one account's backlog
+        # never holds back the others'.
+        random.shuffle(accounts)
+    for account in accounts:
         if not budget.left():
             break
         policy = policy_of(account, config)
