@@ -1,4 +1,4 @@
--- Layang's database schema after migration 25, as a fresh database has it.
+-- Layang's database schema after migration 26, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -72,6 +72,9 @@ CREATE TABLE "account" (
     "name" character varying(64) NOT NULL,
     "mode" character varying(16) NOT NULL,
     "created_at" bigint NOT NULL,
+    "retention_days" integer,
+    "content_days" integer,
+    "store_content" boolean DEFAULT true NOT NULL,
     CONSTRAINT "account_pkey" PRIMARY KEY (id)
 );
 CREATE SEQUENCE "account_id_seq" AS integer OWNED BY "account"."id";
@@ -509,10 +512,12 @@ CREATE TABLE "transmission" (
     "stream" character varying(16) DEFAULT 'transactional'::character varying NOT NULL,
     "from_domain" character varying(253) DEFAULT ''::character varying NOT NULL,
     "tls_requirement" character varying(16),
+    "content_expired_at" bigint,
     CONSTRAINT "transmission_pkey" PRIMARY KEY (id),
     CONSTRAINT "transmission_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
 CREATE INDEX transmission_account_id ON public.transmission USING btree (account_id);
+CREATE INDEX transmission_content_kept ON public.transmission USING btree (account_id, id) WHERE (content_expired_at IS NULL);
 
 CREATE TABLE "webhook_attempt" (
     "id" character varying(26) NOT NULL,
@@ -592,7 +597,7 @@ CREATE TABLE "account" (
     "id" INTEGER NOT NULL PRIMARY KEY,
     "name" VARCHAR(64) NOT NULL,
     "mode" VARCHAR(16) NOT NULL,
-    "created_at" INTEGER NOT NULL);
+    "created_at" INTEGER NOT NULL, "retention_days" INTEGER, "content_days" INTEGER, "store_content" INTEGER NOT NULL DEFAULT TRUE);
 CREATE UNIQUE INDEX "account_name" ON "account" ("name");
 
 CREATE TABLE "activity_count" (
@@ -946,9 +951,10 @@ CREATE TABLE "transmission" (
     "message_id" VARCHAR(400) NOT NULL,
     "metadata" TEXT NOT NULL,
     "payload" TEXT,
-    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16),
+    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16), "content_expired_at" INTEGER,
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "transmission_account_id" ON "transmission" ("account_id");
+CREATE INDEX "transmission_content_kept" ON "transmission" ("account_id", "id") WHERE "content_expired_at" IS NULL;
 
 CREATE TABLE "webhook_attempt" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,

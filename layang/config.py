@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from dotenv import dotenv_values
 
 LOG_FORMATS = ("text", "json")
+MAX_RETENTION_DAYS = 3650
 
 
 class ConfigError(ValueError):
@@ -68,6 +69,16 @@ def _integer(raw: str, name: str) -> int:
         raise ConfigError(f"{name} must be a whole number, not {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive, not {raw!r}")
+    return value
+
+
+def _days(raw: str, name: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of days, not {raw!r}") from None
+    if not 0 <= value <= MAX_RETENTION_DAYS:
+        raise ConfigError(f"{name} must be between 0 and {MAX_RETENTION_DAYS} days, not {raw!r}")
     return value
 
 
@@ -445,6 +456,11 @@ class Config:
     inbound_keep_days: int = _setting("LAYANG_INBOUND_KEEP_DAYS", _integer, default=7)
     inbound_keep_mb: int = _setting("LAYANG_INBOUND_KEEP_MB", _integer, default=100)
     http_body_budget_mb: int = _setting("LAYANG_HTTP_BODY_BUDGET_MB", _integer, default=256)
+    # Retention (docs/deploy.md, "What is kept, and for how long"): activity records, events and
+    # webhook history are kept retention_days; a message's content content_retention_days after
+    # its last recipient is final. Accounts may override both.
+    retention_days: int = _setting("LAYANG_RETENTION_DAYS", _integer, default=45)
+    content_retention_days: int = _setting("LAYANG_CONTENT_RETENTION_DAYS", _days, default=7)
 
     def __post_init__(self) -> None:
         if not self.secret_key:

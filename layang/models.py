@@ -57,6 +57,13 @@ class Account(BaseModel):
     name = peewee.CharField(max_length=64, unique=True)
     mode = peewee.CharField(max_length=16, default=SANDBOX)
     created_at = peewee.BigIntegerField(default=now_ms)
+    # Retention (docs/deploy.md, "What is kept, and for how long"): null days are the service's
+    # settings; without ``store_content`` a message's content goes once every recipient is final.
+    # No Python default: the database's fills it, so an Account written by older code still works
+    # (None in an unsaved instance means the default, true).
+    retention_days = peewee.IntegerField(null=True)
+    content_days = peewee.IntegerField(null=True)
+    store_content = peewee.BooleanField(constraints=[peewee.SQL("DEFAULT TRUE")])
 
     @property
     def is_sandbox(self) -> bool:
@@ -102,6 +109,18 @@ class Transmission(BaseModel):
     )
     # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
     tls_requirement = peewee.CharField(max_length=16, null=True)
+    # When retention removed ``payload``, ``raw`` and the payload's chunks (null: still kept).
+    content_expired_at = peewee.BigIntegerField(null=True)
+
+
+Transmission.add_index(
+    Transmission.index(
+        Transmission.account,
+        Transmission.id,
+        where=Transmission.content_expired_at.is_null(),
+        name="transmission_content_kept",
+    )
+)
 
 
 class Recipient(BaseModel):

@@ -80,6 +80,8 @@ DOCUMENTED = {
     "inbound_keep_days": 7,
     "inbound_keep_mb": 100,
     "http_body_budget_mb": 256,
+    "retention_days": 45,
+    "content_retention_days": 7,
     "source_addresses": (),
     "worker_connections": 200,
     "ehlo_name": "",
@@ -170,6 +172,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_WORKER_CONNECTIONS": "50",
         "LAYANG_EHLO_NAME": "mail.example.com",
         "LAYANG_DKIM_ED25519": "true",
+        "LAYANG_RETENTION_DAYS": "30",
+        "LAYANG_CONTENT_RETENTION_DAYS": "0",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")
@@ -652,3 +656,17 @@ def test_the_direct_to_mx_recipe_delivers_as_written(tmp_path):
     finally:
         os.killpg(shell.pid, signal.SIGTERM)
         shell.wait(timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LAYANG_RETENTION_DAYS", "0"),
+        ("LAYANG_RETENTION_DAYS", "forever"),
+        ("LAYANG_CONTENT_RETENTION_DAYS", "-1"),
+        ("LAYANG_CONTENT_RETENTION_DAYS", "4000"),
+    ],
+)
+def test_retention_settings_out_of_range_name_their_variable(empty_dir, variable, value):
+    with pytest.raises(ConfigError, match=variable):
+        Config.from_env({variable: value, "LAYANG_SECRET_KEY": "k"}, dotenv=False)

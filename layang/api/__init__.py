@@ -108,10 +108,12 @@ def authenticate_request() -> None:
 
 def init_api(app: flask.Flask) -> None:
     from layang.api import (
+        account,
         activity,
         authorized_recipients,
         domains,
         queue,
+        recipients,
         suppressions,
         templates,
         transmissions,
@@ -133,7 +135,8 @@ def init_api(app: flask.Flask) -> None:
                 "description": "Transactional email over HTTP: send messages (transmissions), "
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
-                "webhooks, and the queue (mail waiting, by recipient domain and its site). "
+                "webhooks, the queue (mail waiting, by recipient domain and its site), the "
+                "account's retention, and erasing a recipient's data. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],
@@ -151,6 +154,8 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         webhooks,
         queue,
+        account,
+        recipients,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

@@ -18,7 +18,7 @@ from layang.api.fields import (
     Timestamp,
     page_schema,
 )
-from layang.domain.records import ActivityRecord, list_activity
+from layang.domain.records import EXPIRED, STORED, ActivityRecord, list_activity
 from layang.mail.bounce_class import BOUNCE_CLASSES
 from layang.models import EVENT_KINDS
 from layang.pagination import Page
@@ -85,6 +85,13 @@ class ActivityRecordSchema(ma.Schema):
         metadata={"description": "How many stored events `events` leaves out (0 mostly)."},
     )
     stream = fields.String(metadata={"description": "transactional or broadcast."})
+    content = fields.String(
+        metadata={
+            "description": "stored, or expired: retention removed the message's content "
+            "(its bodies and attachments); the record and its events stay.",
+            "enum": [STORED, EXPIRED],
+        }
+    )
 
 
 class ActivityQuerySchema(CursorQuerySchema):

@@ -76,6 +76,7 @@ API = (
     "bounce_domain",
     *BREAKER,
     "http_body_budget_mb",
+    *("retention_days", "content_retention_days"),  # GET /v1/layang/account shows them
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -120,6 +121,7 @@ DELIVERY = (
     "mx_setup_seconds",  # the deadlines of a session's set-up and of one transaction
     "mx_transaction_seconds",
     *BREAKER_THRESHOLDS,  # a recorded batch that crosses a threshold raises the Warning
+    *("retention_days", "content_retention_days"),  # retention runs every few minutes
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file", "secret_key")
@@ -718,3 +720,8 @@ def queue_resume(site: str) -> None:
     view = sites.resume(name)
     rows = [site_json(row) for row in site_queues() if row.site == name]
     emit(rows[0] if rows else {"site": name, "state": view.state})
+
+
+# Registered on import: retention, erasure, ``accounts set`` and ``db backup`` live in their own
+# modules.
+from layang.cli import backup, retention  # noqa: E402, F401

@@ -40,11 +40,15 @@ class Engagement:
     sandbox: bool
 
 
+class RecordRemoved(InvalidToken):
+    """The token is ours, but retention or an erasure removed its record since."""
+
+
 def follow_tracking_link(
     token: TrackingToken, status: str, detail: dict[str, object], *, max_age_ms: int
 ) -> Engagement:
     """Record an Open or Click for ``token`` unless it is older than ``max_age_ms``. Raises
-    ``InvalidToken`` if its record no longer exists."""
+    ``RecordRemoved`` (an ``InvalidToken``) if its record no longer exists."""
     row = (
         Recipient.select(Recipient.created_at, Account.mode)
         .join(Account)
@@ -53,7 +57,7 @@ def follow_tracking_link(
         .first()
     )
     if row is None:
-        raise InvalidToken(token.recipient_id)
+        raise RecordRemoved(token.recipient_id)
     created_at, mode = row
     issued = token.issued_at_ms if token.issued_at_ms is not None else created_at
     expired = now_ms() - issued > max_age_ms
@@ -85,7 +89,7 @@ def record_engagement(recipient_id: str, status: str, detail: dict[str, object])
         if is_postgresql():
             record = record.for_update()
         if record.first() is None:
-            raise InvalidToken(recipient_id)
+            raise RecordRemoved(recipient_id)
         recent = (
             Event.select(Event.id, Event.detail)
             .where(

@@ -49,6 +49,12 @@ class MessageUnavailable(NotFound):
     code = "message_unavailable"
 
 
+class ContentExpired(MessageUnavailable):
+    """The record's message content was removed by retention (the record itself stays)."""
+
+    code = "content_expired"
+
+
 class Conflict(LayangError):
     code = "conflict"
 

@@ -1,30 +1,18 @@
 """What the worker clears away besides sending: idempotency keys past their 24 hours, rate
 limit windows that have closed, console sessions past their 12 hours, circuit breaker counters
-older than their 24 hours, and webhook deliveries (with their attempts and events) settled
-more than ``WEBHOOK_RETENTION_DAYS`` ago. A few indexed DELETEs every few minutes, never per
-message."""
+older than their 24 hours. A few indexed DELETEs every few minutes, never per message. What ages
+out of the history (records, events, content, webhook deliveries) is ``layang.domain.retention``'s.
+"""
 
 from __future__ import annotations
 
 from layang.clock import now_ms
-from layang.db import id_floor, write_transaction
+from layang.db import write_transaction
 from layang.domain import console_sessions
 from layang.mail.reputation import WINDOW_MS, bucket_of
-from layang.models import (
-    WEBHOOK_PENDING,
-    BreakerCount,
-    IdempotencyAnswer,
-    IdempotencyKey,
-    RateWindow,
-    WebhookAttempt,
-    WebhookDelivery,
-    WebhookEvent,
-)
+from layang.models import BreakerCount, IdempotencyAnswer, IdempotencyKey, RateWindow
 
 INTERVAL_SECONDS = 300.0
-WEBHOOK_RETENTION_DAYS = 30
-# Deliveries removed per run: keeps each write transaction short however much has piled up.
-WEBHOOK_BATCH = 2000
 
 
 def delete_expired(now: int | None = None) -> int:
@@ -39,27 +27,5 @@ def delete_expired(now: int | None = None) -> int:
         deleted += (
             BreakerCount.delete().where(BreakerCount.bucket < bucket_of(now - WINDOW_MS)).execute()
         )
-    deleted += delete_old_webhook_deliveries(now)
     deleted += console_sessions.delete_expired(now)
     return deleted
-
-
-def delete_old_webhook_deliveries(now: int) -> int:
-    """Delete up to ``WEBHOOK_BATCH`` delivered or failed webhook deliveries made more than
-    ``WEBHOOK_RETENTION_DAYS`` before ``now``, with their attempts and events; returns how many
-    deliveries went. Pending ones stay whatever their age. Delivery ids are time-ordered, so
-    "made before" is a range of the primary key."""
-    cutoff = id_floor(now - WEBHOOK_RETENTION_DAYS * 86_400_000)
-    with write_transaction(durable=False):
-        ids = [
-            row.id
-            for row in WebhookDelivery.select(WebhookDelivery.id)
-            .where((WebhookDelivery.id < cutoff) & (WebhookDelivery.status != WEBHOOK_PENDING))
-            .order_by(WebhookDelivery.id)
-            .limit(WEBHOOK_BATCH)
-        ]
-        if not ids:
-            return 0
-        WebhookAttempt.delete().where(WebhookAttempt.delivery.in_(ids)).execute()
-        WebhookEvent.delete().where(WebhookEvent.delivery_id.in_(ids)).execute()
-        return WebhookDelivery.delete().where(WebhookDelivery.id.in_(ids)).execute()

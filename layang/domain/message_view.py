@@ -13,7 +13,8 @@ from email.message import EmailMessage
 from email.parser import BytesParser
 from urllib.parse import unquote
 
-from layang.domain.errors import MessageUnavailable, NotFound
+from layang.clock import iso_ms
+from layang.domain.errors import ContentExpired, MessageUnavailable, NotFound
 from layang.mail.compose import compose_message
 from layang.mail.message import OutgoingMessage
 from layang.models import Account, Recipient, Transmission
@@ -62,17 +63,28 @@ class MessageView:
 def get_message_view(account: Account, record_id: str) -> MessageView:
     """The message behind the activity record ``record_id`` of ``account``. Reads only.
 
-    Raises ``NotFound`` for an unknown record or another account's, and
-    ``MessageUnavailable`` when the message is not stored or cannot be built again (the
-    worker bounced it for that reason)."""
+    Raises ``NotFound`` for an unknown record or another account's, ``ContentExpired`` when
+    retention removed the content, and ``MessageUnavailable`` when the message is not stored or
+    cannot be built again (the worker bounced it for that reason)."""
     row = (
-        Transmission.select(Transmission.raw, Transmission.payload, Transmission.message_id)
+        Transmission.select(
+            Transmission.raw,
+            Transmission.payload,
+            Transmission.message_id,
+            Transmission.content_expired_at,
+        )
         .join(Recipient)
         .where((Recipient.id == record_id) & (Recipient.account == account.id))
         .first()
     )
     if row is None:
         raise NotFound(f"No activity record {record_id!r}.")
+    if row.content_expired_at is not None:
+        raise ContentExpired(
+            f"The message's content has expired: it was removed on "
+            f"{iso_ms(row.content_expired_at)[:10]}, as the account's retention settings say. "
+            "The record and its events are kept."
+        )
     if row.raw is not None:
         raw, rebuilt = bytes(row.raw), False
     elif row.payload is not None:

@@ -27,6 +27,10 @@ from layang.models import (
 )
 from layang.pagination import Page, keyset_page
 
+STORED = "stored"
+EXPIRED = "expired"
+"""Whether a record's message content is still kept, or retention removed it."""
+
 
 @dataclass(frozen=True, slots=True)
 class ActivityEvent:
@@ -60,6 +64,7 @@ class ActivityRecord:
     events: tuple[ActivityEvent, ...]
     events_omitted: int = 0
     stream: str = TRANSACTIONAL
+    content: str = STORED
 
     @property
     def failure(self) -> ActivityEvent | None:
@@ -193,6 +198,7 @@ def _record(
         events=(injection, *timeline.events),
         events_omitted=timeline.stored - len(timeline.events),
         stream=transmission.stream,
+        content=STORED if transmission.content_expired_at is None else EXPIRED,
     )
 
 
