@@ -76,6 +76,8 @@ API = (
     "bounce_domain",
     *BREAKER,
     "http_body_budget_mb",
+    "console_key_signin",
+    "console_mail_from",
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -718,3 +720,6 @@ def queue_resume(site: str) -> None:
     view = sites.resume(name)
     rows = [site_json(row) for row in site_queues() if row.site == name]
     emit(rows[0] if rows else {"site": name, "state": view.state})
+
+
+from layang.cli import users as _users  # noqa: E402, F401 - registers ``layang users``

@@ -1,5 +1,6 @@
 """What the worker clears away besides sending: idempotency keys past their 24 hours, rate
-limit windows that have closed, console sessions past their 12 hours, circuit breaker counters
+limit windows that have closed, console sessions past their 12 hours (and people's one-time
+links and sign-in counters past theirs), audit entries older than 400 days, circuit breaker counters
 older than their 24 hours, and webhook deliveries (with their attempts and events) settled
 more than ``WEBHOOK_RETENTION_DAYS`` ago. A few indexed DELETEs every few minutes, never per
 message."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from layang.clock import now_ms
 from layang.db import id_floor, write_transaction
-from layang.domain import console_sessions
+from layang.domain import audit, console_sessions, people
 from layang.mail.reputation import WINDOW_MS, bucket_of
 from layang.models import (
     WEBHOOK_PENDING,
@@ -41,6 +42,9 @@ def delete_expired(now: int | None = None) -> int:
         )
     deleted += delete_old_webhook_deliveries(now)
     deleted += console_sessions.delete_expired(now)
+    deleted += people.delete_expired(now)
+    with write_transaction(durable=False):
+        deleted += audit.expire(now - audit.KEEP_MS)
     return deleted
 
 

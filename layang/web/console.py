@@ -20,9 +20,22 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 
 import templates_store
 from layang.clock import iso_ms
-from layang.domain import console_sessions, message_view, records, sandbox, sending_domains
-from layang.domain.accounts import authenticate_key
-from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
+from layang.domain import (
+    audit,
+    console_sessions,
+    message_view,
+    people,
+    records,
+    sandbox,
+    sending_domains,
+)
+from layang.domain.errors import (
+    Forbidden,
+    LayangError,
+    MessageUnavailable,
+    NotFound,
+    RoleNeeded,
+)
 from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
@@ -30,7 +43,16 @@ from layang.mail.message import (
     nested_too_deep,
     normalize_address,
 )
-from layang.models import EVENT_KINDS, FULL, SEND, Account, ApiKey
+from layang.models import (
+    ADMIN,
+    DEVELOPER,
+    EVENT_KINDS,
+    FULL,
+    OWNER,
+    READ,
+    VIEWER,
+    Account,
+)
 from layang.web.csrf import FormExpired
 from layang.web.line_breaks import reply_gist, with_breaks
 
@@ -41,30 +63,105 @@ PREVIEW_DATA_MAX = 64 * 1024
 # Every other form needs a full key, so that a page added later is safe by default.
 READING_FORMS = frozenset({"web.console_logout", "web.console_template"})
 
+# The role a person needs (CONTRACT section 21): reading a page needs ``viewer`` and posting a
+# form ``developer``, unless named here; so a page added later is safe by default. The forms
+# about oneself (signing out, one's password, sessions and second factor, switching account)
+# and previews need only ``viewer``.
+ROLE_FOR_POST = {
+    **dict.fromkeys(
+        (
+            "web.console_logout",
+            "web.console_template",
+            "web.console_switch",
+            "web.console_me",
+            "web.console_me_session_revoke",
+            "web.console_two_factor",
+        ),
+        VIEWER,
+    ),
+    **dict.fromkeys(
+        (
+            "web.console_team",
+            "web.console_member_role",
+            "web.console_member_remove",
+        ),
+        ADMIN,
+    ),
+    "web.console_settings": OWNER,
+}
+ROLE_FOR_GET = {"web.console_audit": ADMIN}
+# A key signed in for development acts as the role its scope matches.
+KEY_ROLES = {FULL: OWNER, READ: VIEWER}
 
-def _key_for_session() -> ApiKey | None:
+
+def role_needed(method: str, endpoint: str | None) -> str:
+    """The least role that may use ``endpoint`` with ``method``."""
+    if method in ("GET", "HEAD"):
+        return ROLE_FOR_GET.get(endpoint or "", VIEWER)
+    return ROLE_FOR_POST.get(endpoint or "", DEVELOPER)
+
+
+def key_signin_allowed(account: Account | int) -> bool:
+    """Whether an API key of ``account`` may sign in to the console: as
+    ``LAYANG_CONSOLE_KEY_SIGNIN`` says, or when unset, until the account has its first user."""
+    setting = current_app.config["LAYANG"].console_key_signin
+    if setting is not None:
+        return setting
+    return not people.account_has_users(account)
+
+
+def client_address() -> str:
+    return (request.remote_addr or "unknown")[:64]
+
+
+def _signed_in_person() -> bool:
+    """Find who is signed in and put them in ``flask.g`` (``console_account``, ``console_role``,
+    ``console_user``, ``console_actor``); False when nobody is."""
+    user_token = session.get("user_sid")
+    if user_token:
+        found = people.session_of(user_token)
+        if found is None:
+            return False
+        flask.g.console_user = found.user
+        flask.g.console_account = found.account
+        flask.g.console_role = found.role
+        flask.g.console_actor = audit.user_actor(found.user.email)
+        return True
     token = session.get("sid")
-    if not token:
-        return None
-    return console_sessions.session_key(token)
+    key = console_sessions.session_key(token) if token else None
+    if key is None or not key_signin_allowed(key.account_id):
+        return False
+    flask.g.console_user = None
+    flask.g.console_account = key.account
+    flask.g.console_role = KEY_ROLES.get(key.scope)
+    flask.g.console_actor = audit.key_actor(key.id)
+    flask.g.console_key = key
+    return True
 
 
 def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``view`` with the signed-in account; otherwise go to the sign-in page. A revoked key
-    ends its sessions at once; a read key may only post ``READING_FORMS``."""
+    ends its sessions at once; a read key may only post ``READING_FORMS``; a person's role must
+    allow what ``role_needed`` says, else 403 naming the role."""
 
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        key = _key_for_session()
-        if key is None:
+        if not _signed_in_person():
             session.clear()
             return redirect(url_for("web.console_login", next=request.full_path))
-        account = key.account
-        flask.g.console_account = account
+        account = flask.g.console_account
+        if account is None:  # a person who belongs to no account any more
+            return render_template("console/no_account.html"), 403
         if request.method == "POST":
             _require_csrf()
-            if key.scope != FULL and request.endpoint not in READING_FORMS:
-                raise Forbidden(key.scope, FULL)
+        key = flask.g.get("console_key")
+        posting = request.method == "POST" and request.endpoint not in READING_FORMS
+        if key is not None and posting and key.scope != FULL:
+            raise Forbidden(key.scope, FULL)
+        needed = role_needed(request.method, request.endpoint)
+        role = flask.g.console_role
+        if role is None or not people.role_allows(role, needed):
+            raise RoleNeeded(needed, role)
         return view(account, *args, **kwargs)
 
     return wrapper
@@ -95,33 +192,6 @@ def _safe_next(target: str | None) -> str:
     if target and target.startswith("/console") and not target.startswith("//"):
         return target
     return url_for("web.console_overview")
-
-
-def login() -> Any:
-    error = None
-    if request.method == "POST":
-        _require_csrf()
-        key = request.form.get("api_key", "").strip()
-        credential = authenticate_key(key)
-        if credential is None:
-            error = "That API key is unknown or revoked."
-        elif credential.scope == SEND:
-            error = "That API key may only send mail; sign in with a full or read key."
-        else:
-            session.clear()
-            session["sid"] = console_sessions.open_session(credential.key_id)
-            session["csrf"] = secrets.token_urlsafe(32)
-            session.permanent = True
-            return redirect(_safe_next(request.args.get("next")))
-    return render_template("console/login.html", error=error), 401 if error else 200
-
-
-@signed_in
-def logout(account: Account) -> Any:
-    console_sessions.end_session(session.get("sid", ""))
-    session.clear()
-    flash("You are signed out.")
-    return redirect(url_for("web.console_login"))
 
 
 def _day_bound(value: str, end: bool) -> int | None:
@@ -593,8 +663,6 @@ def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
         ("/", "root", lambda: redirect(url_for("web.console_home")), ["GET"]),
         ("/console", "console_home", lambda: redirect(url_for("web.console_overview")), ["GET"]),
-        ("/console/login", "console_login", login, ["GET", "POST"]),
-        ("/console/logout", "console_logout", logout, ["POST"]),
         ("/console/activity", "console_activity", activity_page, ["GET"]),
         ("/console/activity/<record_id>", "console_record", record_page, ["GET"]),
         (
