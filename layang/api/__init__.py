@@ -109,10 +109,12 @@ def authenticate_request() -> None:
 def init_api(app: flask.Flask) -> None:
     from layang.api import (
         activity,
+        audit,
         authorized_recipients,
         domains,
         queue,
         suppressions,
+        team,
         templates,
         transmissions,
         webhooks,
@@ -151,6 +153,8 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         webhooks,
         queue,
+        audit,
+        team,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
@@ -158,6 +162,7 @@ def init_api(app: flask.Flask) -> None:
     app.before_request(idempotency.claim_or_replay)
     app.after_request(idempotency.release_unanswered)
     app.after_request(access.add_rate_limit_headers)
+    app.after_request(audit.record_change)
     idempotency.wrap_views(
         app, sorted({r.endpoint for r in app.url_map.iter_rules() if r.rule.startswith("/v1/")})
     )

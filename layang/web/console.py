@@ -659,6 +659,55 @@ def domain_action(account: Account, domain: str, action: str, selector: str = ""
     return redirect(url_for("web.console_domains"))
 
 
+# The console's forms that change the account, as audit actions (CONTRACT section 21), and the
+# form field naming what changed when the address does not. The team's and keys' forms record
+# themselves, with what only they know (the role before, the key's scope).
+AUDITED_FORMS = {
+    "web.console_recipients": ("authorized_recipient.created", "email"),
+    "web.console_recipient_resend": ("authorized_recipient.resend", ""),
+    "web.console_recipient_delete": ("authorized_recipient.deleted", ""),
+    "web.console_domains": ("domain.created", "domain"),
+    "web.console_domain_verify": ("domain.verify", ""),
+    "web.console_domain_rotate": ("domain.dkim_rotated", ""),
+    "web.console_domain_delete": ("domain.deleted", ""),
+    "web.console_domain_key_delete": ("domain.dkim_key_deleted", ""),
+    "web.console_template_create": ("template.created", "id"),
+    "web.console_template_edit": ("template.updated", ""),
+    "web.console_template_delete": ("template.deleted", ""),
+    "web.console_suppressions": ("suppression.created", "email"),
+    "web.console_suppression_remove": ("suppression.deleted", "email"),
+    "web.console_webhooks": ("webhook.created", "url"),
+    "web.console_webhook_test": ("webhook.test", ""),
+    "web.console_webhook_enable": ("webhook.enabled", ""),
+    "web.console_webhook_disable": ("webhook.disabled", ""),
+    "web.console_webhook_delete": ("webhook.deleted", ""),
+}
+# Their target is a person's address: recorded as its SHA-256.
+ADDRESSED = ("authorized_recipient.created", "suppression.created", "suppression.deleted")
+
+
+def record_change(response: flask.Response) -> flask.Response:
+    """After a console form that changed something (answered without an error): one audit
+    entry, by the signed-in person or key, from the client's address."""
+    audited = AUDITED_FORMS.get(request.endpoint or "")
+    account = flask.g.get("console_account")
+    if request.method != "POST" or audited is None or account is None:
+        return response
+    failed = response.status_code >= 400 or any(
+        category == "error" for category, _ in session.get("_flashes", [])
+    )
+    if failed:
+        return response
+    action, field = audited
+    args = request.view_args or {}
+    target = request.form.get(field, "").strip() if field else ""
+    target = target or str(args.get("selector") or next(iter(args.values()), ""))
+    if action in ADDRESSED and target:
+        target = audit.address_hash(target)
+    audit.record(account, flask.g.console_actor, action, target, source=client_address())
+    return response
+
+
 def register(blueprint: flask.Blueprint) -> None:
     rules: list[tuple[str, str, Callable[..., Any], list[str]]] = [
         ("/", "root", lambda: redirect(url_for("web.console_home")), ["GET"]),
@@ -724,6 +773,7 @@ def register(blueprint: flask.Blueprint) -> None:
     ]
     for rule, endpoint, view, methods in rules:
         blueprint.add_url_rule(rule, endpoint, view, methods=methods)
+    blueprint.after_request(record_change)
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(detail_label, "detail_label")
     blueprint.add_app_template_filter(with_breaks, "breaks")
