@@ -730,7 +730,8 @@ ROLES = (VIEWER, DEVELOPER, ADMIN, OWNER)
 class ConsoleUser(BaseModel):
     """A person who signs in to the console (CONTRACT section 21). ``password_hash`` is an
     argon2id PHC string (None until the set-up link is used), ``totp_seed`` the RFC 6238 seed
-    sealed with ``layang.sealing`` (None until enrolled); ``failed_passwords`` counts wrong
+    sealed with ``layang.sealing`` (None until enrolled), ``totp_last_step`` the RFC 6238 time
+    step of the last code accepted (a code works once); ``failed_passwords`` counts wrong
     passwords since the last right one, ``locked_until`` (epoch ms) ends a lockout."""
 
     id = peewee.CharField(primary_key=True, max_length=32)
@@ -738,6 +739,7 @@ class ConsoleUser(BaseModel):
     email_key = peewee.CharField(max_length=320, unique=True)
     password_hash = peewee.CharField(max_length=255, null=True)
     totp_seed = peewee.BlobField(null=True)
+    totp_last_step = peewee.BigIntegerField(null=True)
     failed_passwords = peewee.IntegerField(default=0, constraints=[peewee.SQL("DEFAULT 0")])
     locked_until = peewee.BigIntegerField(null=True)
     created_at = peewee.BigIntegerField()

@@ -10,8 +10,10 @@ user); a reset or an invitation is answered the same either way.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import html
 import secrets
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -374,23 +376,46 @@ def totp_uri(user: ConsoleUser, seed: str, issuer: str = "Layang") -> str:
     return pyotp.TOTP(seed).provisioning_uri(name=user.email, issuer_name=issuer)
 
 
-def _code_fits(seed: str, code: str) -> bool:
+def _matching_step(seed: str, code: str, now: float | None = None) -> int | None:
+    """The RFC 6238 time step whose code ``code`` is, within one step either side of now (RFC
+    6238 section 5.2 allows for drift), or None. Compared in constant time."""
     code = code.strip().replace(" ", "")
     if len(code) != 6 or not code.isdigit():
-        return False
-    # One step either side absorbs clock drift (RFC 6238 section 5.2); pyotp compares in
-    # constant time.
-    return pyotp.TOTP(seed).verify(code, valid_window=1)
+        return None
+    totp = pyotp.TOTP(seed)
+    current = totp.timecode(time.time() if now is None else now)
+    found = None
+    for step in (current - 1, current, current + 1):
+        if hmac.compare_digest(totp.generate_otp(step), code):
+            found = step
+    return found
+
+
+def _accept_step(user: ConsoleUser, step: int) -> bool:
+    # A code works once (RFC 6238 section 5.2): only a step later than the last one accepted
+    # passes, and the update decides between two sign-ins racing with the same code.
+    accepted = (
+        ConsoleUser.update(totp_last_step=step)
+        .where(
+            (ConsoleUser.id == user.id)
+            & (ConsoleUser.totp_last_step.is_null() | (ConsoleUser.totp_last_step < step))
+        )
+        .execute()
+    )
+    return accepted == 1
 
 
 def enrol_totp(user: ConsoleUser, seed: str, code: str, config: Config, source: str) -> None:
     """Store ``seed`` (sealed) as the user's second factor once ``code`` shows the app has it.
     Raises ``InvalidInput`` on field ``code``."""
-    if not _code_fits(seed, code):
+    step = _matching_step(seed, code)
+    if step is None:
         raise InvalidInput("code", "That code does not match; check the app's clock and retry.")
     sealed = seal(seed.encode(), config.secret_key, _seed_context(user))
     with write_transaction():
-        ConsoleUser.update(totp_seed=sealed).where(ConsoleUser.id == user.id).execute()
+        ConsoleUser.update(totp_seed=sealed, totp_last_step=step).where(
+            ConsoleUser.id == user.id
+        ).execute()
         for account in {m.account_id for m in memberships(user)}:
             audit.record(
                 account,
@@ -402,10 +427,12 @@ def enrol_totp(user: ConsoleUser, seed: str, code: str, config: Config, source: 
 
 
 def check_totp(user: ConsoleUser, code: str, config: Config) -> bool:
+    """Whether ``code`` is the user's current TOTP code, not used before."""
     if user.totp_seed is None:
         return False
     seed = unseal(user.totp_seed, config.secret_key, _seed_context(user)).decode()
-    return _code_fits(seed, code)
+    step = _matching_step(seed, code)
+    return step is not None and _accept_step(user, step)
 
 
 def two_factor_required(user: ConsoleUser) -> bool:

@@ -11,7 +11,8 @@ NAME = "console users, memberships, one-time links, user sessions and sign-in th
 def statements(t: Dialect) -> list[str]:
     # ``email_key`` is the lower-cased address, so one person is one row however they type it;
     # ``totp_seed`` is sealed (layang.sealing) and ``password_hash`` an argon2id PHC string.
-    # A ``user_token`` row holds only the SHA-256 of its link's token.
+    # ``totp_last_step`` is the time step of the last code accepted: a code works once. A
+    # ``user_token`` row holds only the SHA-256 of its link's token.
     return [
         f"""CREATE TABLE "console_user" (
             "id" VARCHAR(32) NOT NULL PRIMARY KEY,
@@ -19,6 +20,7 @@ def statements(t: Dialect) -> list[str]:
             "email_key" VARCHAR(320) NOT NULL,
             "password_hash" VARCHAR(255),
             "totp_seed" {t.blob},
+            "totp_last_step" {t.bigint},
             "failed_passwords" INTEGER NOT NULL DEFAULT 0,
             "locked_until" {t.bigint},
             "created_at" {t.bigint} NOT NULL,

@@ -6,11 +6,13 @@ address is a user, guessing is throttled, sessions are new at each sign-in, role
 from __future__ import annotations
 
 import re
+import time
 
 import pyotp
 import pytest
 
-from layang.domain import accounts, people
+from layang.clock import now_ms
+from layang.domain import accounts, audit, housekeeping, people
 from layang.models import ConsoleUser
 from tests.conftest import BACKENDS
 
@@ -225,3 +227,28 @@ def test_owners_may_require_two_factors(app, client, account):
     assert second.get("/console/overview").status_code == 302  # signs in afresh, with a code
     stored = ConsoleUser.get(ConsoleUser.email_key == "dev@acme.test").totp_seed
     assert seed.encode() not in bytes(stored)  # sealed at rest
+
+
+def test_a_code_works_once(app, client, account):
+    user = _person(account, "ana@acme.test", "owner")
+    config = app.config["LAYANG"]
+    seed = people.new_totp_seed()
+    totp = pyotp.TOTP(seed)
+    step = totp.timecode(time.time())
+    people.enrol_totp(user, seed, totp.generate_otp(step - 1), config, "127.0.0.1")
+    assert not people.check_totp(ConsoleUser.get_by_id(user.id), "12345x", config)
+    code = totp.generate_otp(step)
+    assert people.check_totp(ConsoleUser.get_by_id(user.id), code, config)
+    assert not people.check_totp(ConsoleUser.get_by_id(user.id), code, config)  # replayed
+    assert not people.check_totp(
+        ConsoleUser.get_by_id(user.id), totp.generate_otp(step - 1), config
+    )  # older
+
+
+def test_audit_entries_are_kept_400_days(account):
+    now = now_ms()
+    day = 86_400_000
+    audit.record(account, "cli", "old.thing", at=now - 401 * day)
+    audit.record(account, "cli", "recent.thing", at=now - 399 * day)
+    housekeeping.delete_expired(now)
+    assert [e.action for e in audit.browse(account).items] == ["recent.thing"]
