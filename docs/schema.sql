@@ -1,4 +1,4 @@
--- Layang's database schema after migration 28, as a fresh database has it.
+-- Layang's database schema after migration 29, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -339,6 +339,19 @@ CREATE TABLE "mx_domain" (
     CONSTRAINT "mx_domain_pkey" PRIMARY KEY (domain)
 );
 CREATE INDEX mx_domain_site ON public.mx_domain USING btree (site);
+
+CREATE TABLE "passkey" (
+    "id" character varying(1400) NOT NULL,
+    "user_id" character varying(32) NOT NULL,
+    "public_key" bytea NOT NULL,
+    "sign_count" bigint NOT NULL,
+    "label" character varying(100) NOT NULL,
+    "created_at" bigint NOT NULL,
+    "used_at" bigint,
+    CONSTRAINT "passkey_pkey" PRIMARY KEY (id),
+    CONSTRAINT "passkey_user_id_fkey" FOREIGN KEY (user_id) REFERENCES console_user(id) ON DELETE CASCADE
+);
+CREATE INDEX passkey_user_id ON public.passkey USING btree (user_id);
 
 CREATE TABLE "payload_chunk" (
     "transmission_id" character varying(26) NOT NULL,
@@ -876,6 +889,17 @@ CREATE TABLE "mx_domain" (
     "site" TEXT NOT NULL,
     "expires_at" INTEGER NOT NULL);
 CREATE INDEX "mx_domain_site" ON "mx_domain" ("site");
+
+CREATE TABLE "passkey" (
+    "id" VARCHAR(1400) NOT NULL PRIMARY KEY,
+    "user_id" VARCHAR(32) NOT NULL,
+    "public_key" BLOB NOT NULL,
+    "sign_count" INTEGER NOT NULL,
+    "label" VARCHAR(100) NOT NULL,
+    "created_at" INTEGER NOT NULL,
+    "used_at" INTEGER,
+    FOREIGN KEY ("user_id") REFERENCES "console_user" ("id") ON DELETE CASCADE);
+CREATE INDEX "passkey_user_id" ON "passkey" ("user_id");
 
 CREATE TABLE "payload_chunk" (
     "transmission_id" VARCHAR(26) NOT NULL,

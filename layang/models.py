@@ -803,3 +803,19 @@ class SignInWindow(BaseModel):
 
 
 MODELS.extend([ConsoleUser, Membership, UserToken, UserSession, SignInWindow])
+
+
+class Passkey(BaseModel):
+    """A console user's passkey (a WebAuthn credential): ``id`` the credential id (base64url),
+    ``public_key`` its COSE public key, ``sign_count`` the authenticator's counter."""
+
+    id = peewee.CharField(primary_key=True, max_length=1400)
+    user = peewee.ForeignKeyField(ConsoleUser, on_delete="CASCADE")
+    public_key = peewee.BlobField()
+    sign_count = peewee.BigIntegerField()
+    label = peewee.CharField(max_length=100)
+    created_at = peewee.BigIntegerField()
+    used_at = peewee.BigIntegerField(null=True)
+
+
+MODELS.append(Passkey)

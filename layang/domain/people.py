@@ -33,6 +33,7 @@ from layang.models import (
     Account,
     ConsoleUser,
     Membership,
+    Passkey,
     SignInWindow,
     UserSession,
     UserToken,
@@ -433,6 +434,11 @@ def check_totp(user: ConsoleUser, code: str, config: Config) -> bool:
     seed = unseal(user.totp_seed, config.secret_key, _seed_context(user)).decode()
     step = _matching_step(seed, code)
     return step is not None and _accept_step(user, step)
+
+
+def has_second_factor(user: ConsoleUser) -> bool:
+    """Whether the user has TOTP or a passkey."""
+    return has_totp(user) or Passkey.select().where(Passkey.user == user).exists()
 
 
 def two_factor_required(user: ConsoleUser) -> bool:

@@ -76,6 +76,7 @@ ROLE_FOR_POST = {
             "web.console_me",
             "web.console_me_session_revoke",
             "web.console_two_factor",
+            "web.console_passkeys",
         ),
         VIEWER,
     ),

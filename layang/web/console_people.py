@@ -12,7 +12,7 @@ import flask
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 
 from layang.clock import now_ms
-from layang.domain import audit, console_sessions, people
+from layang.domain import audit, console_sessions, passkeys, people
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import InvalidInput, NotFound
 from layang.models import SEND, Account, ConsoleUser
@@ -118,7 +118,7 @@ def _after_password(user: ConsoleUser) -> Any:
     target = request.args.get("next")
     _fresh_session()
     session["next"] = _safe_next(target)
-    if people.has_totp(user):
+    if people.has_second_factor(user):
         session["pending"] = {"user": user.id, "at": now_ms()}
         return redirect(url_for("web.console_login_code"))
     if people.two_factor_required(user):
@@ -137,8 +137,15 @@ def login_code() -> Any:
     error = None
     if request.method == "POST":
         _require_csrf()
+        challenge = bytes.fromhex(session.pop("passkey_challenge", ""))
         if people.throttled(user.email, client_address()):
             error = "Too many attempts; wait a few minutes and try again."
+        elif "credential" in request.form:
+            if challenge and passkeys.authenticate(
+                user, request.form["credential"], challenge, _config()
+            ):
+                return _start_session(user)
+            error = "That passkey was not accepted."
         elif people.check_totp(user, request.form.get("code", ""), _config()):
             return _start_session(user)
         else:
@@ -152,8 +159,58 @@ def login_code() -> Any:
                     source=client_address(),
                     detail={"reason": "code"},
                 )
-    page = render_template("console/login_code.html", error=error)
+    page = render_template(
+        "console/login_code.html",
+        error=error,
+        has_totp=people.has_totp(user),
+        has_passkey=passkeys.has_passkey(user),
+    )
     return page, 401 if error else 200
+
+
+def login_passkey_options() -> Any:
+    """The options for signing in with one of the pending user's passkeys."""
+    user = _pending("pending")
+    if user is None:
+        flask.abort(404)
+    options, challenge = passkeys.authentication_options(user, _config())
+    session["passkey_challenge"] = challenge.hex()
+    return flask.Response(options, mimetype="application/json")
+
+
+@signed_in
+def passkey_options(account: Account) -> Any:
+    """The options for making a passkey for the signed-in person."""
+    user = flask.g.get("console_user")
+    if user is None:
+        flask.abort(404)
+    options, challenge = passkeys.registration_options(user, _config())
+    session["passkey_challenge"] = challenge.hex()
+    return flask.Response(options, mimetype="application/json")
+
+
+@signed_in
+def passkey_add(account: Account) -> Any:
+    user = flask.g.get("console_user")
+    if user is None:
+        flask.abort(404)
+    challenge = bytes.fromhex(session.pop("passkey_challenge", ""))
+    try:
+        if not challenge:
+            raise InvalidInput("credential", "Start again: press Add a passkey.")
+        made = passkeys.register(
+            user,
+            request.form.get("credential", ""),
+            challenge,
+            request.form.get("label", "").strip(),
+            _config(),
+            client_address(),
+        )
+    except InvalidInput as error:
+        flash(error.problem, "error")
+    else:
+        flash(f"Passkey {made.label} was added: sign in with it instead of a code.")
+    return redirect(url_for("web.console_me"))
 
 
 def logout() -> Any:
@@ -209,8 +266,8 @@ def link_page(token: str, purpose: str) -> Any:
                 return render_template("console/link_spent.html"), 404
             else:
                 _fresh_session()
-                if people.has_totp(user):
-                    flash("Done: sign in with your password and a code from your app.")
+                if people.has_second_factor(user):
+                    flash("Done: sign in with your password and your second factor.")
                     return redirect(url_for("web.console_login"))
                 session["enrol"] = {"user": user.id, "at": now_ms()}
                 return redirect(url_for("web.console_two_factor"))
@@ -323,6 +380,7 @@ def me_page(account: Account) -> Any:
         sessions=people.list_sessions(user),
         current=current,
         has_totp=people.has_totp(user),
+        passkeys=passkeys.user_passkeys(user),
         errors=errors,
     )
     return page, 400 if errors else 200
@@ -366,6 +424,14 @@ def register(blueprint: flask.Blueprint) -> None:
             ["POST"],
         ),
         ("/console/switch", "console_switch", switch, ["POST"]),
+        (
+            "/console/login/passkey-options",
+            "console_login_passkey_options",
+            login_passkey_options,
+            ["GET"],
+        ),
+        ("/console/passkeys/options", "console_passkey_options", passkey_options, ["GET"]),
+        ("/console/passkeys", "console_passkeys", passkey_add, ["POST"]),
     ]
     for path, purpose in (
         ("welcome", people.SETUP),
