@@ -252,3 +252,91 @@ def test_audit_entries_are_kept_400_days(account):
     audit.record(account, "cli", "recent.thing", at=now - 399 * day)
     housekeeping.delete_expired(now)
     assert [e.action for e in audit.browse(account).items] == ["recent.thing"]
+
+
+def test_one_person_in_two_accounts_switches(app, client, account):
+    _person(account, "ana@acme.test", "owner")
+    beta = accounts.create_account("beta", live=True)
+    people.create_user("ana@acme.test", beta, "viewer")  # a second membership, same person
+    assert _sign_in(client, "ana@acme.test").status_code == 302
+    me = client.get("/console/me").get_data(as_text=True)
+    assert "Switch to beta" in me
+    token = re.search(r'name="csrf_token" value="([^"]+)"', me).group(1)
+    switched = client.post("/console/switch", data={"csrf_token": token, "account": beta.id})
+    assert switched.status_code == 302
+    page = client.get("/console/overview").get_data(as_text=True)
+    assert 'title="beta"' in page
+    refused = client.post("/console/keys", data={"csrf_token": token, "scope": "read"})
+    assert refused.status_code == 403  # a viewer in beta
+    other = accounts.create_account("other")
+    stranger = client.post("/console/switch", data={"csrf_token": token, "account": other.id})
+    assert stranger.status_code == 404
+
+
+def test_sessions_are_listed_and_revocable_and_members_removable(app, client, account):
+    owner = _person(account, "own@acme.test", "owner")
+    dev = _person(account, "dev@acme.test", "developer")
+    phone = app.test_client()
+    assert _sign_in(phone, "own@acme.test").status_code == 302
+    assert _sign_in(client, "own@acme.test").status_code == 302
+    sessions = people.list_sessions(owner)
+    assert len(sessions) == 2
+    me = client.get("/console/me").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', me).group(1)
+    other_id = next(
+        s.id for s in sessions if s.id != people.session_id(client_session_token(client))
+    )
+    assert (
+        client.post(
+            f"/console/me/sessions/{other_id}/revoke", data={"csrf_token": token}
+        ).status_code
+        == 302
+    )
+    assert phone.get("/console/overview").status_code == 302
+    assert client.get("/console/overview").status_code == 200
+
+    devs = app.test_client()
+    assert _sign_in(devs, "dev@acme.test").status_code == 302
+    assert (
+        client.post(f"/console/team/{dev.id}/remove", data={"csrf_token": token}).status_code == 302
+    )
+    assert devs.get("/console/overview").status_code in (302, 403)
+    assert [m.user.email for m in people.team(account)] == ["own@acme.test"]
+    last = client.post(
+        f"/console/team/{owner.id}/role", data={"csrf_token": token, "role": "viewer"}
+    )
+    assert last.status_code == 302  # refused with a message: the account keeps an owner
+    assert people.team(account)[0].role == "owner"
+
+
+def client_session_token(client):
+    from itsdangerous import URLSafeTimedSerializer
+
+    cookie = client.get_cookie("layang_session").value
+    serializer = URLSafeTimedSerializer(
+        client.application.secret_key,
+        salt="cookie-session",
+        signer_kwargs={"key_derivation": "hmac", "digest_method": __import__("hashlib").sha1},
+    )
+    return serializer.loads(cookie)["user_sid"]
+
+
+def test_an_invited_user_with_a_password_just_joins(app, client, account):
+    beta = accounts.create_account("beta", live=True)
+    _person(beta, "ana@acme.test", "owner")
+    # The invitation's token travels only in its mail; make one as ``invite`` does.
+    with_link = people._issue_link(
+        people.INVITE, "ana@acme.test", "cli", account=account, role="developer"
+    )
+    page = client.get(f"/console/invitation/{with_link}").get_data(as_text=True)
+    assert "You have a password already" in page and 'name="password"' not in page
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    joined = client.post(f"/console/invitation/{with_link}", data={"csrf_token": token})
+    assert joined.status_code == 302
+    assert _sign_in(app.test_client(), "ana@acme.test").status_code == 302  # same password
+    roles = {
+        m.account.name: m.role for m in people.memberships(people.user_by_email("ana@acme.test"))
+    }
+    assert roles == {"acme": "developer", "beta": "owner"}
+    again = client.get(f"/console/invitation/{with_link}")
+    assert again.status_code == 404
