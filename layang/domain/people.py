@@ -578,6 +578,16 @@ def team(account: Account) -> list[Membership]:
     )
 
 
+def with_second_factor(account: Account) -> set[str]:
+    """The ids of the account's members who have TOTP or a passkey."""
+    members = Membership.select(Membership.user).where(Membership.account == account)
+    totp = ConsoleUser.select(ConsoleUser.id).where(
+        ConsoleUser.id.in_(members) & ConsoleUser.totp_seed.is_null(False)
+    )
+    keyed = Passkey.select(Passkey.user).where(Passkey.user.in_(members))
+    return {row.id for row in totp} | {row.user_id for row in keyed}
+
+
 def pending_invitations(account: Account) -> list[UserToken]:
     return list(
         UserToken.select()

@@ -47,6 +47,7 @@ def team_page(account: Account) -> Any:
         "console/team.html",
         members=people.team(account),
         invitations=people.pending_invitations(account),
+        second_factor=people.with_second_factor(account),
         roles=ROLES,
         my_role=flask.g.console_role,
         me=getattr(flask.g.get("console_user"), "id", None),
