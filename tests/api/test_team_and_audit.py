@@ -340,3 +340,23 @@ def test_an_invited_user_with_a_password_just_joins(app, client, account):
     assert roles == {"acme": "developer", "beta": "owner"}
     again = client.get(f"/console/invitation/{with_link}")
     assert again.status_code == 404
+
+
+def test_sign_in_is_throttled_per_client_address(client, account, monkeypatch):
+    monkeypatch.setattr(people, "PER_SOURCE", 3)
+    for n in range(3):
+        assert _sign_in(client, f"n{n}@acme.test", "x" * 12).status_code == 401
+    assert _sign_in(client, "n9@acme.test", "x" * 12).status_code == 429
+
+
+def test_a_lockout_ends_after_15_minutes(app, account, monkeypatch):
+    _person(account, "ana@acme.test", "owner")
+    config = app.config["LAYANG"]
+    for _ in range(people.LOCK_AFTER - 1):
+        assert people.sign_in_password("ana@acme.test", "wrong one!", "h", config).user is None
+    tenth = people.sign_in_password("ana@acme.test", "wrong one!", "h", config)
+    assert tenth.locked_now
+    assert people.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is None
+    later = now_ms() + people.LOCK_MS + 1000
+    monkeypatch.setattr(people, "now_ms", lambda: later)
+    assert people.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is not None
