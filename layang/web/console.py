@@ -154,7 +154,7 @@ def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
         if account is None:  # a person who belongs to no account any more
             return render_template("console/no_account.html"), 403
         if request.method == "POST":
-            _require_csrf()
+            require_csrf()
         key = flask.g.get("console_key")
         posting = request.method == "POST" and request.endpoint not in READING_FORMS
         if key is not None and posting and key.scope != FULL:
@@ -174,7 +174,8 @@ def csrf_token() -> str:
     return session["csrf"]
 
 
-def _require_csrf() -> None:
+def require_csrf() -> None:
+    """Raise ``FormExpired`` (400) unless the form carries this session's CSRF token."""
     sent = request.form.get("csrf_token", "")
     if not sent or not hmac.compare_digest(sent, session.get("csrf", "")):
         raise FormExpired(back=_form_page())
@@ -188,14 +189,15 @@ def _form_page() -> str:
     return url_for("web.console_home")
 
 
-def _safe_next(target: str | None) -> str:
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: ``target`` when it is a console path, else Overview."""
     # Only paths inside the console: never an open redirect.
     if target and target.startswith("/console") and not target.startswith("//"):
         return target
     return url_for("web.console_overview")
 
 
-def _day_bound(value: str, end: bool) -> int | None:
+def day_bound(value: str, end: bool) -> int | None:
     """A form's ``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM`` (UTC) as epoch ms: the first or the
     last millisecond of that day or minute."""
     if not value:
@@ -273,8 +275,8 @@ def activity_page(account: Account) -> Any:
         account,
         status=filters["status"] or None,
         transmission_id=filters["transmission"] or None,
-        since=_day_bound(filters["since"], end=False),
-        until=_day_bound(filters["until"], end=True),
+        since=day_bound(filters["since"], end=False),
+        until=day_bound(filters["until"], end=True),
         search=records.ActivitySearch(
             recipient_contains=filters["recipient"],
             subject_contains=filters["subject"],

@@ -18,10 +18,10 @@ from layang.domain.errors import InvalidInput, NotFound
 from layang.models import SEND, Account, ConsoleUser
 from layang.sealing import KeyUnavailable, seal, unseal
 from layang.web.console import (
-    _require_csrf,
-    _safe_next,
     client_address,
     key_signin_allowed,
+    require_csrf,
+    safe_next,
     signed_in,
 )
 
@@ -51,7 +51,7 @@ def _pending(name: str) -> ConsoleUser | None:
 
 
 def _start_session(user: ConsoleUser) -> Any:
-    target = _safe_next(session.get("next"))
+    target = safe_next(session.get("next"))
     mine = people.memberships(user)
     _fresh_session()
     account = mine[0].account if mine else None
@@ -78,7 +78,7 @@ def _key_login() -> tuple[str | None, Any]:
         credential.key_id,
         source=client_address(),
     )
-    return None, redirect(_safe_next(request.args.get("next")))
+    return None, redirect(safe_next(request.args.get("next")))
 
 
 def login() -> Any:
@@ -87,7 +87,7 @@ def login() -> Any:
     error = None
     status = 200
     if request.method == "POST":
-        _require_csrf()
+        require_csrf()
         if "api_key" in request.form:
             error, done = _key_login()
             if done is not None:
@@ -117,7 +117,7 @@ def login() -> Any:
 def _after_password(user: ConsoleUser) -> Any:
     target = request.args.get("next")
     _fresh_session()
-    session["next"] = _safe_next(target)
+    session["next"] = safe_next(target)
     if people.has_second_factor(user):
         session["pending"] = {"user": user.id, "at": now_ms()}
         return redirect(url_for("web.console_login_code"))
@@ -136,7 +136,7 @@ def login_code() -> Any:
         return redirect(url_for("web.console_login"))
     error = None
     if request.method == "POST":
-        _require_csrf()
+        require_csrf()
         challenge = bytes.fromhex(session.pop("passkey_challenge", ""))
         if people.throttled(user.email, client_address()):
             error = "Too many attempts; wait a few minutes and try again."
@@ -214,7 +214,7 @@ def passkey_add(account: Account) -> Any:
 
 
 def logout() -> Any:
-    _require_csrf()
+    require_csrf()
     if session.get("user_sid"):
         people.end_session(session["user_sid"])
     if session.get("sid"):
@@ -228,7 +228,7 @@ def forgot() -> Any:
     """Ask for a reset link: the answer is the same whether or not the address is a user."""
     sent = False
     if request.method == "POST":
-        _require_csrf()
+        require_csrf()
         email = request.form.get("email", "").strip()
         if not people.throttled(email, client_address()):
             people.request_reset(email, client_address(), _config())
@@ -253,7 +253,7 @@ def link_page(token: str, purpose: str) -> Any:
     needs_password = purpose != people.INVITE or user is None or user.password_hash is None
     errors: dict[str, str] = {}
     if request.method == "POST":
-        _require_csrf()
+        require_csrf()
         password = request.form.get("password", "") if needs_password else None
         if needs_password and password != request.form.get("confirm", ""):
             errors["confirm"] = "The two passwords differ."
@@ -309,7 +309,7 @@ def two_factor() -> Any:
     context = f"totp-enrol:{user.id}"
     seed = None
     if request.method == "POST":
-        _require_csrf()
+        require_csrf()
         try:
             seed = unseal(bytes.fromhex(session.get("totp_seed", "")), config.secret_key, context)
             seed = seed.decode()

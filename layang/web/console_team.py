@@ -14,7 +14,7 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from layang.domain import accounts, audit, people
 from layang.domain.errors import LayangError, NotFound, RoleNeeded
 from layang.models import ADMIN, FULL, READ, ROLES, SCOPES, SEND, Account, ApiKey
-from layang.web.console import _day_bound, client_address, signed_in
+from layang.web.console import client_address, day_bound, signed_in
 
 # What a developer may issue or revoke; a full key needs an admin.
 DEVELOPER_SCOPES = (SEND, READ)
@@ -156,7 +156,7 @@ def audit_page(account: Account) -> Any:
     try:
         page = audit.browse(
             account,
-            since=_day_bound(filters["since"], end=False),
+            since=day_bound(filters["since"], end=False),
             actor=filters["actor"] or None,
             action=filters["action"] or None,
             cursor=args.get("cursor") or None,
