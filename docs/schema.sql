@@ -1,4 +1,4 @@
--- Layang's database schema after migration 26, as a fresh database has it.
+-- Layang's database schema after migration 29, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -72,9 +72,7 @@ CREATE TABLE "account" (
     "name" character varying(64) NOT NULL,
     "mode" character varying(16) NOT NULL,
     "created_at" bigint NOT NULL,
-    "retention_days" integer,
-    "content_days" integer,
-    "store_content" boolean DEFAULT true NOT NULL,
+    "two_factor_required_at" bigint,
     CONSTRAINT "account_pkey" PRIMARY KEY (id)
 );
 CREATE SEQUENCE "account_id_seq" AS integer OWNED BY "account"."id";
@@ -180,6 +178,21 @@ CREATE TABLE "console_session" (
 );
 CREATE INDEX console_session_expires_at ON public.console_session USING btree (expires_at);
 CREATE INDEX console_session_key_id ON public.console_session USING btree (key_id);
+
+CREATE TABLE "console_user" (
+    "id" character varying(32) NOT NULL,
+    "email" character varying(320) NOT NULL,
+    "email_key" character varying(320) NOT NULL,
+    "password_hash" character varying(255),
+    "totp_seed" bytea,
+    "totp_last_step" bigint,
+    "failed_passwords" integer DEFAULT 0 NOT NULL,
+    "locked_until" bigint,
+    "created_at" bigint NOT NULL,
+    "password_changed_at" bigint,
+    CONSTRAINT "console_user_pkey" PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX console_user_email_key ON public.console_user USING btree (email_key);
 
 CREATE TABLE "dkim_key" (
     "id" integer DEFAULT nextval('dkim_key_id_seq'::regclass) NOT NULL,
@@ -293,6 +306,20 @@ CREATE TABLE "inbound_message" (
 CREATE SEQUENCE "inbound_message_id_seq" AS integer OWNED BY "inbound_message"."id";
 CREATE INDEX inbound_message_received_at ON public.inbound_message USING btree (received_at);
 
+CREATE TABLE "membership" (
+    "id" integer DEFAULT nextval('membership_id_seq'::regclass) NOT NULL,
+    "user_id" character varying(32) NOT NULL,
+    "account_id" integer NOT NULL,
+    "role" character varying(16) NOT NULL,
+    "created_at" bigint NOT NULL,
+    CONSTRAINT "membership_pkey" PRIMARY KEY (id),
+    CONSTRAINT "membership_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
+    CONSTRAINT "membership_user_id_fkey" FOREIGN KEY (user_id) REFERENCES console_user(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "membership_id_seq" AS integer OWNED BY "membership"."id";
+CREATE INDEX membership_account_id ON public.membership USING btree (account_id);
+CREATE UNIQUE INDEX membership_user_id_account_id ON public.membership USING btree (user_id, account_id);
+
 CREATE TABLE "mta_sts_policy" (
     "domain" character varying(255) NOT NULL,
     "policy_id" character varying(32) NOT NULL,
@@ -312,6 +339,19 @@ CREATE TABLE "mx_domain" (
     CONSTRAINT "mx_domain_pkey" PRIMARY KEY (domain)
 );
 CREATE INDEX mx_domain_site ON public.mx_domain USING btree (site);
+
+CREATE TABLE "passkey" (
+    "id" character varying(1400) NOT NULL,
+    "user_id" character varying(32) NOT NULL,
+    "public_key" bytea NOT NULL,
+    "sign_count" bigint NOT NULL,
+    "label" character varying(100) NOT NULL,
+    "created_at" bigint NOT NULL,
+    "used_at" bigint,
+    CONSTRAINT "passkey_pkey" PRIMARY KEY (id),
+    CONSTRAINT "passkey_user_id_fkey" FOREIGN KEY (user_id) REFERENCES console_user(id) ON DELETE CASCADE
+);
+CREATE INDEX passkey_user_id ON public.passkey USING btree (user_id);
 
 CREATE TABLE "payload_chunk" (
     "transmission_id" character varying(26) NOT NULL,
@@ -386,6 +426,15 @@ CREATE SEQUENCE "sending_domain_id_seq" AS integer OWNED BY "sending_domain"."id
 CREATE INDEX sending_domain_account_id ON public.sending_domain USING btree (account_id);
 CREATE UNIQUE INDEX sending_domain_account_id_domain ON public.sending_domain USING btree (account_id, domain);
 CREATE UNIQUE INDEX sending_domain_verified_domain ON public.sending_domain USING btree (domain) WHERE ((status)::text = 'verified'::text);
+
+CREATE TABLE "sign_in_window" (
+    "key" character varying(400) NOT NULL,
+    "starts_at" bigint NOT NULL,
+    "ends_at" bigint NOT NULL,
+    "count" integer NOT NULL,
+    CONSTRAINT "sign_in_window_pkey" PRIMARY KEY (key, starts_at)
+);
+CREATE INDEX sign_in_window_ends_at ON public.sign_in_window USING btree (ends_at);
 
 CREATE TABLE "site_slot" (
     "id" character varying(26) NOT NULL,
@@ -512,12 +561,44 @@ CREATE TABLE "transmission" (
     "stream" character varying(16) DEFAULT 'transactional'::character varying NOT NULL,
     "from_domain" character varying(253) DEFAULT ''::character varying NOT NULL,
     "tls_requirement" character varying(16),
-    "content_expired_at" bigint,
     CONSTRAINT "transmission_pkey" PRIMARY KEY (id),
     CONSTRAINT "transmission_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
 CREATE INDEX transmission_account_id ON public.transmission USING btree (account_id);
-CREATE INDEX transmission_content_kept ON public.transmission USING btree (account_id, id) WHERE (content_expired_at IS NULL);
+
+CREATE TABLE "user_session" (
+    "id" character varying(64) NOT NULL,
+    "user_id" character varying(32) NOT NULL,
+    "account_id" integer,
+    "created_at" bigint NOT NULL,
+    "seen_at" bigint NOT NULL,
+    "expires_at" bigint NOT NULL,
+    "source" character varying(64) NOT NULL,
+    "user_agent" character varying(200) NOT NULL,
+    CONSTRAINT "user_session_pkey" PRIMARY KEY (id),
+    CONSTRAINT "user_session_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE SET NULL,
+    CONSTRAINT "user_session_user_id_fkey" FOREIGN KEY (user_id) REFERENCES console_user(id) ON DELETE CASCADE
+);
+CREATE INDEX user_session_expires_at ON public.user_session USING btree (expires_at);
+CREATE INDEX user_session_user_id ON public.user_session USING btree (user_id);
+
+CREATE TABLE "user_token" (
+    "id" character varying(64) NOT NULL,
+    "purpose" character varying(16) NOT NULL,
+    "email" character varying(320) NOT NULL,
+    "user_id" character varying(32),
+    "account_id" integer,
+    "role" character varying(16),
+    "created_by" character varying(320) NOT NULL,
+    "created_at" bigint NOT NULL,
+    "expires_at" bigint NOT NULL,
+    "used_at" bigint,
+    CONSTRAINT "user_token_pkey" PRIMARY KEY (id),
+    CONSTRAINT "user_token_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
+    CONSTRAINT "user_token_user_id_fkey" FOREIGN KEY (user_id) REFERENCES console_user(id) ON DELETE CASCADE
+);
+CREATE INDEX user_token_account_id ON public.user_token USING btree (account_id);
+CREATE INDEX user_token_expires_at ON public.user_token USING btree (expires_at);
 
 CREATE TABLE "webhook_attempt" (
     "id" character varying(26) NOT NULL,
@@ -597,7 +678,7 @@ CREATE TABLE "account" (
     "id" INTEGER NOT NULL PRIMARY KEY,
     "name" VARCHAR(64) NOT NULL,
     "mode" VARCHAR(16) NOT NULL,
-    "created_at" INTEGER NOT NULL, "retention_days" INTEGER, "content_days" INTEGER, "store_content" INTEGER NOT NULL DEFAULT TRUE);
+    "created_at" INTEGER NOT NULL, "two_factor_required_at" INTEGER);
 CREATE UNIQUE INDEX "account_name" ON "account" ("name");
 
 CREATE TABLE "activity_count" (
@@ -671,6 +752,19 @@ CREATE TABLE "console_session" (
     FOREIGN KEY ("key_id") REFERENCES "api_key" ("id") ON DELETE CASCADE);
 CREATE INDEX "console_session_expires_at" ON "console_session" ("expires_at");
 CREATE INDEX "console_session_key_id" ON "console_session" ("key_id");
+
+CREATE TABLE "console_user" (
+    "id" VARCHAR(32) NOT NULL PRIMARY KEY,
+    "email" VARCHAR(320) NOT NULL,
+    "email_key" VARCHAR(320) NOT NULL,
+    "password_hash" VARCHAR(255),
+    "totp_seed" BLOB,
+    "totp_last_step" INTEGER,
+    "failed_passwords" INTEGER NOT NULL DEFAULT 0,
+    "locked_until" INTEGER,
+    "created_at" INTEGER NOT NULL,
+    "password_changed_at" INTEGER);
+CREATE UNIQUE INDEX "console_user_email_key" ON "console_user" ("email_key");
 
 CREATE TABLE "dkim_key" (
     "id" INTEGER NOT NULL PRIMARY KEY,
@@ -769,6 +863,17 @@ CREATE TABLE "inbound_message" (
     "reason" TEXT NOT NULL);
 CREATE INDEX "inbound_message_received_at" ON "inbound_message" ("received_at");
 
+CREATE TABLE "membership" (
+    "id" INTEGER NOT NULL PRIMARY KEY,
+    "user_id" VARCHAR(32) NOT NULL,
+    "account_id" INTEGER NOT NULL,
+    "role" VARCHAR(16) NOT NULL,
+    "created_at" INTEGER NOT NULL,
+    FOREIGN KEY ("user_id") REFERENCES "console_user" ("id") ON DELETE CASCADE,
+    FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
+CREATE INDEX "membership_account_id" ON "membership" ("account_id");
+CREATE UNIQUE INDEX "membership_user_id_account_id" ON "membership" ("user_id", "account_id");
+
 CREATE TABLE "mta_sts_policy" (
     "domain" VARCHAR(255) NOT NULL PRIMARY KEY,
     "policy_id" VARCHAR(32) NOT NULL,
@@ -784,6 +889,17 @@ CREATE TABLE "mx_domain" (
     "site" TEXT NOT NULL,
     "expires_at" INTEGER NOT NULL);
 CREATE INDEX "mx_domain_site" ON "mx_domain" ("site");
+
+CREATE TABLE "passkey" (
+    "id" VARCHAR(1400) NOT NULL PRIMARY KEY,
+    "user_id" VARCHAR(32) NOT NULL,
+    "public_key" BLOB NOT NULL,
+    "sign_count" INTEGER NOT NULL,
+    "label" VARCHAR(100) NOT NULL,
+    "created_at" INTEGER NOT NULL,
+    "used_at" INTEGER,
+    FOREIGN KEY ("user_id") REFERENCES "console_user" ("id") ON DELETE CASCADE);
+CREATE INDEX "passkey_user_id" ON "passkey" ("user_id");
 
 CREATE TABLE "payload_chunk" (
     "transmission_id" VARCHAR(26) NOT NULL,
@@ -849,6 +965,14 @@ CREATE TABLE "sending_domain" (
 CREATE INDEX "sending_domain_account_id" ON "sending_domain" ("account_id");
 CREATE UNIQUE INDEX "sending_domain_account_id_domain" ON "sending_domain" ("account_id", "domain");
 CREATE UNIQUE INDEX "sending_domain_verified_domain" ON "sending_domain" ("domain") WHERE ("status" = 'verified');
+
+CREATE TABLE "sign_in_window" (
+    "key" VARCHAR(400) NOT NULL,
+    "starts_at" INTEGER NOT NULL,
+    "ends_at" INTEGER NOT NULL,
+    "count" INTEGER NOT NULL,
+    PRIMARY KEY ("key", "starts_at"));
+CREATE INDEX "sign_in_window_ends_at" ON "sign_in_window" ("ends_at");
 
 CREATE TABLE "site_slot" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,
@@ -951,10 +1075,39 @@ CREATE TABLE "transmission" (
     "message_id" VARCHAR(400) NOT NULL,
     "metadata" TEXT NOT NULL,
     "payload" TEXT,
-    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16), "content_expired_at" INTEGER,
+    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16),
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "transmission_account_id" ON "transmission" ("account_id");
-CREATE INDEX "transmission_content_kept" ON "transmission" ("account_id", "id") WHERE "content_expired_at" IS NULL;
+
+CREATE TABLE "user_session" (
+    "id" VARCHAR(64) NOT NULL PRIMARY KEY,
+    "user_id" VARCHAR(32) NOT NULL,
+    "account_id" INTEGER,
+    "created_at" INTEGER NOT NULL,
+    "seen_at" INTEGER NOT NULL,
+    "expires_at" INTEGER NOT NULL,
+    "source" VARCHAR(64) NOT NULL,
+    "user_agent" VARCHAR(200) NOT NULL,
+    FOREIGN KEY ("user_id") REFERENCES "console_user" ("id") ON DELETE CASCADE,
+    FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE SET NULL);
+CREATE INDEX "user_session_expires_at" ON "user_session" ("expires_at");
+CREATE INDEX "user_session_user_id" ON "user_session" ("user_id");
+
+CREATE TABLE "user_token" (
+    "id" VARCHAR(64) NOT NULL PRIMARY KEY,
+    "purpose" VARCHAR(16) NOT NULL,
+    "email" VARCHAR(320) NOT NULL,
+    "user_id" VARCHAR(32),
+    "account_id" INTEGER,
+    "role" VARCHAR(16),
+    "created_by" VARCHAR(320) NOT NULL,
+    "created_at" INTEGER NOT NULL,
+    "expires_at" INTEGER NOT NULL,
+    "used_at" INTEGER,
+    FOREIGN KEY ("user_id") REFERENCES "console_user" ("id") ON DELETE CASCADE,
+    FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
+CREATE INDEX "user_token_account_id" ON "user_token" ("account_id");
+CREATE INDEX "user_token_expires_at" ON "user_token" ("expires_at");
 
 CREATE TABLE "webhook_attempt" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,

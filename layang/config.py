@@ -439,6 +439,19 @@ class Config:
     tlsrpt_from: str = _setting(
         "LAYANG_TLSRPT_FROM", _address, shown="tls-reports@<LAYANG_BOUNCE_DOMAIN>", default=""
     )
+    # Teams (section 21).
+    console_key_signin: bool | None = _setting(
+        "LAYANG_CONSOLE_KEY_SIGNIN",
+        _boolean,
+        shown="true until an account has its first user, then false for that account",
+        default=None,
+    )
+    console_mail_from: str = _setting(
+        "LAYANG_CONSOLE_MAIL_FROM",
+        _address,
+        shown="no-reply@<host of LAYANG_PUBLIC_URL>",
+        default="",
+    )
     # Deliverability guardrails (docs/api.md, "Streams and the circuit breaker").
     source_pools: SourcePools = _setting(  # noqa: RUF009
         "LAYANG_SOURCE_POOLS", parse_source_pools, shown="unset (every stream: any)", default=()

@@ -85,6 +85,8 @@ DOCUMENTED = {
     "source_addresses": (),
     "worker_connections": 200,
     "ehlo_name": "",
+    "console_key_signin": None,
+    "console_mail_from": "",
 }
 
 
@@ -168,6 +170,8 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_INBOUND_KEEP_DAYS": "3",
         "LAYANG_INBOUND_KEEP_MB": "10",
         "LAYANG_HTTP_BODY_BUDGET_MB": "64",
+        "LAYANG_CONSOLE_KEY_SIGNIN": "false",
+        "LAYANG_CONSOLE_MAIL_FROM": "console@example.com",
         "LAYANG_SOURCE_ADDRESSES": "192.0.2.1=MTA1.example.com.,192.0.2.2,192.0.2.3,2001:db8::7",
         "LAYANG_WORKER_CONNECTIONS": "50",
         "LAYANG_EHLO_NAME": "mail.example.com",

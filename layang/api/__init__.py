@@ -110,11 +110,13 @@ def init_api(app: flask.Flask) -> None:
     from layang.api import (
         account,
         activity,
+        audit,
         authorized_recipients,
         domains,
         queue,
         recipients,
         suppressions,
+        team,
         templates,
         transmissions,
         webhooks,
@@ -136,7 +138,8 @@ def init_api(app: flask.Flask) -> None:
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
                 "webhooks, the queue (mail waiting, by recipient domain and its site), the "
-                "account's retention, and erasing a recipient's data. "
+                "account's retention, erasing a recipient's data, the team (invitations of people "
+                "to the console) and the audit log of changes. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],
@@ -156,6 +159,8 @@ def init_api(app: flask.Flask) -> None:
         queue,
         account,
         recipients,
+        audit,
+        team,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
@@ -163,6 +168,7 @@ def init_api(app: flask.Flask) -> None:
     app.before_request(idempotency.claim_or_replay)
     app.after_request(idempotency.release_unanswered)
     app.after_request(access.add_rate_limit_headers)
+    app.after_request(audit.record_change)
     idempotency.wrap_views(
         app, sorted({r.endpoint for r in app.url_map.iter_rules() if r.rule.startswith("/v1/")})
     )

@@ -77,6 +77,8 @@ API = (
     *BREAKER,
     "http_body_budget_mb",
     *("retention_days", "content_retention_days"),  # GET /v1/layang/account shows them
+    "console_key_signin",
+    "console_mail_from",
 )
 GUNICORN = ("http_workers", "http_threads")
 SUBMISSION = (
@@ -725,3 +727,4 @@ def queue_resume(site: str) -> None:
 # Registered on import: retention, erasure, ``accounts set`` and ``db backup`` live in their own
 # modules.
 from layang.cli import backup, retention  # noqa: E402, F401
+from layang.cli import users as _users  # noqa: E402, F401 - registers ``layang users``

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from layang.clock import now_ms
+from layang.domain.errors import InvalidInput
 from layang.models import Account, AuditEntry
 
 KEEP_MS = 400 * 24 * 3600 * 1000
@@ -65,3 +67,49 @@ def record(
 def expire(before_ms: int) -> int:
     """Delete entries recorded before ``before_ms`` (epoch ms); returns how many."""
     return AuditEntry.delete().where(AuditEntry.at < before_ms).execute()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """Entries newest first, and the cursor of the next (older) page, None at the end."""
+
+    items: list[AuditEntry]
+    next_cursor: str | None
+
+
+def browse(
+    account: Account | int,
+    *,
+    since: int | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> AuditPage:
+    """The account's entries, newest first: recorded at or after ``since`` (epoch ms), by
+    ``actor`` (exact), of ``action`` (exact, or every action under a prefix ending in ``.``),
+    older than ``cursor``. Raises ``InvalidInput`` on field ``cursor`` for a cursor this did
+    not give."""
+    query = AuditEntry.select().where(AuditEntry.account == account)
+    if since is not None:
+        query = query.where(AuditEntry.at >= since)
+    if actor:
+        query = query.where(AuditEntry.actor == actor)
+    if action:
+        if action.endswith("."):
+            query = query.where(AuditEntry.action.startswith(action))
+        else:
+            query = query.where(AuditEntry.action == action)
+    if cursor:
+        if not cursor.isdigit() or len(cursor) > 18:
+            raise InvalidInput("cursor", "Not a cursor given by this list.")
+        query = query.where(AuditEntry.id < int(cursor))
+    rows = list(query.order_by(AuditEntry.id.desc()).limit(limit + 1))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return AuditPage(rows, str(rows[-1].id) if more and rows else None)
+
+
+def detail_of(entry: AuditEntry) -> dict[str, Any]:
+    """An entry's ``detail`` as the object it was recorded as."""
+    return json.loads(entry.detail or "{}")

@@ -129,6 +129,20 @@ class Forbidden(LayangError):
         self.needed = needed
 
 
+class RoleNeeded(Forbidden):
+    """The signed-in person's role does not allow this; ``needed`` is the least role that
+    would (CONTRACT section 21)."""
+
+    def __init__(self, needed: str, role: str | None = None) -> None:
+        LayangError.__init__(
+            self,
+            f"This needs the {needed} role"
+            + (f"; you are {role} in this account." if role else "."),
+        )
+        self.scope = role or ""
+        self.needed = needed
+
+
 class IdempotencyInFlight(Conflict):
     code = "idempotency_in_flight"
 

@@ -13,9 +13,11 @@ from layang.web import (
     console,
     console_guardrails,
     console_overview,
+    console_people,
     console_queue,
     console_security,
     console_suppressions,
+    console_team,
     console_webhooks,
     error_pages,
     tracked_links,
@@ -33,6 +35,8 @@ consent_page.register(web)
 tracked_links.register(web)
 unsubscribe_page.register(web)
 console.register(web)
+console_people.register(web)
+console_team.register(web)
 console_overview.register(web)
 console_suppressions.register(web)
 console_webhooks.register(web)

@@ -51,6 +51,9 @@ PAGES = [
     ("webhooks", "/console/webhooks"),
     ("queue", "/console/queue"),
     ("security", "/console/security"),
+    ("team", "/console/team"),
+    ("keys", "/console/keys"),
+    ("audit", "/console/audit"),
 ]
 WIDTHS = (390, 768, 1280, 1920)
 
