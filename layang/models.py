@@ -102,6 +102,24 @@ class Transmission(BaseModel):
     )
     # "requiretls" (RFC 8689 REQUIRETLS), "optional" (a TLS-Required: No header) or null.
     tls_requirement = peewee.CharField(max_length=16, null=True)
+    # 1 when some recipient has content of its own (``Recipient.content``). No Python default:
+    # the database's applies to rows written without it.
+    personalized = peewee.IntegerField(constraints=[peewee.SQL("DEFAULT 0")])
+    # The send's tags as a JSON list, null for none (each also a ``TransmissionTag`` row).
+    tags = peewee.TextField(null=True)
+
+
+class TransmissionTag(BaseModel):
+    """One tag of a transmission, as the Activity filter and the overview's triggers find it
+    (CONTRACT section 23)."""
+
+    transmission = peewee.ForeignKeyField(Transmission, on_delete="CASCADE", index=True)
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    tag = peewee.CharField(max_length=64)
+
+    class Meta:
+        primary_key = peewee.CompositeKey("transmission", "tag")
+        indexes = ((("account", "tag", "transmission"), False),)
 
 
 class Recipient(BaseModel):
@@ -130,6 +148,10 @@ class Recipient(BaseModel):
     domain = peewee.TextField(null=True)
     waiting_on = peewee.TextField(null=True)
     priority = peewee.IntegerField(default=0, constraints=[peewee.SQL("DEFAULT 0")])
+    # A ``to`` recipient's own data (CONTRACT section 23): its copy's subject and bodies as
+    # JSON (``layang.mail.outbox.PersonalContent``), its metadata merged over the message's.
+    content = peewee.TextField(null=True)
+    metadata = peewee.TextField(null=True)
 
     class Meta:
         indexes = (
@@ -162,7 +184,15 @@ class PayloadChunk(BaseModel):
 
 
 # The tables themselves are made by layang.migrations, whose result must match these models.
-MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event, PayloadChunk]
+MODELS: list[type[peewee.Model]] = [
+    Account,
+    ApiKey,
+    Transmission,
+    TransmissionTag,
+    Recipient,
+    Event,
+    PayloadChunk,
+]
 
 
 UNVERIFIED = "unverified"
@@ -693,6 +723,24 @@ class ActivityCount(BaseModel):
 
 
 MODELS.append(ActivityCount)
+
+
+class ActivityTagCount(BaseModel):
+    """As :class:`ActivityCount`, per tag of the mail (one recipient with two tags counts
+    under each): the overview's figures per tag, written only by the database's triggers."""
+
+    id = peewee.AutoField()
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    hour = peewee.BigIntegerField()
+    tag = peewee.CharField(max_length=64)
+    kind = peewee.CharField(max_length=32)
+    count = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("account", "hour", "tag", "kind"), True),)
+
+
+MODELS.append(ActivityTagCount)
 
 
 class AuditEntry(BaseModel):

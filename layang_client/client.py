@@ -26,10 +26,12 @@ from layang_client.payload import (
     Addresses,
     Attachment,
     Headers,
+    Recipients,
     _address,
     _addresses,
     _attachment,
     _headers,
+    _recipients,
 )
 from layang_client.resources import (
     Activity,
@@ -143,7 +145,7 @@ class Layang:
         self,
         *,
         from_: Address,
-        to: Addresses,
+        to: Recipients,
         subject: str | None = None,
         body_text: str | None = None,
         body_html: str | None = None,
@@ -165,7 +167,9 @@ class Layang:
         Give ``body_text`` and/or ``body_html`` with a ``subject``, or a ``template_id``
         (with ``substitution_data``; the template's subject is used unless ``subject`` is
         given). Addresses are ``"a@x"``, ``"Name <a@x>"`` or ``{"email", "name"}``; ``to``,
-        ``cc``, ``bcc`` and ``reply_to`` take one or a list. Attachments are file paths,
+        ``cc``, ``bcc`` and ``reply_to`` take one or a list. A ``to`` mapping may carry
+        ``substitution_data`` and ``metadata`` of that recipient's own, merged over the
+        send's for its copy and its record alone. Attachments are file paths,
         ``(filename, bytes[, mime])`` tuples, ``{"filename", "content": bytes}`` or
         ``{"filename", "value": base64, "mimeType"}``. ``headers`` maps names to values.
         ``transactional=False`` marks mail people may unsubscribe from (one-click unsubscribe
@@ -176,7 +180,7 @@ class Layang:
         say after your process restarted; without it, a key is made for this call, so its own
         retries (see :class:`Layang`) never send twice.
         """
-        body: dict[str, Any] = {"from": _address(from_), "to": _addresses(to)}
+        body: dict[str, Any] = {"from": _address(from_), "to": _recipients(to)}
         if subject is not None:
             body["subject"] = subject
         for key, value in (("cc", cc), ("bcc", bcc), ("replyTo", reply_to)):

@@ -24,7 +24,12 @@ from layang.api.fields import (
     strip_empty,
 )
 from layang.api.idempotency import current_claim
-from layang.domain.intake import TransmissionRequest, accept_transmission, metadata_object
+from layang.domain.intake import (
+    RecipientData,
+    TransmissionRequest,
+    accept_transmission,
+    metadata_object,
+)
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.mail.message import (
     DISPOSITIONS,
@@ -36,6 +41,8 @@ from layang.mail.message import (
     MAX_HEADERS,
     MAX_RECIPIENTS,
     MAX_SUBJECT,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     MEDIA_TYPE,
     Attachment,
     Header,
@@ -44,9 +51,11 @@ from layang.mail.message import (
     OutgoingMessage,
     check_header,
     content_id_problem,
+    distinct_tags,
     filename_problem,
     is_base64,
     is_reserved_header,
+    tag_problem,
     without_whitespace,
 )
 from layang.models import BROADCAST, STREAMS, TRANSACTIONAL
@@ -229,6 +238,34 @@ class OptionsAttributesSchema(CompatSchema):
             )
 
 
+class RecipientSchema(AddressSchema):
+    """A ``to`` entry: an address, and what is that recipient's alone."""
+
+    verbatim = frozenset({"metadata"})
+
+    substitutionData = fields.Dict(
+        keys=fields.String(),
+        metadata={
+            "description": "Values for the template's shortcodes in this recipient's copy "
+            "only, merged over the request's substitutionData (a key here wins)."
+        },
+    )
+    metadata = Metadata(
+        metadata={
+            "type": "object",
+            "description": "Merged over the request's metadata (a key here wins) on this "
+            "recipient's record and webhook events only.",
+        }
+    )
+
+    @ma.post_load
+    def make_mailbox(self, data: dict[str, Any], **kwargs: Any) -> Any:
+        mailbox = Mailbox(data["email"], data.get("name"))
+        if "substitutionData" not in data and "metadata" not in data:
+            return mailbox
+        return RecipientData(mailbox, data.get("substitutionData", {}), data.get("metadata"))
+
+
 def _addresses(description: str, **kwargs: Any) -> fields.List:
     return fields.List(
         fields.Nested(AddressSchema),
@@ -238,6 +275,12 @@ def _addresses(description: str, **kwargs: Any) -> fields.List:
 
 
 ADDRESS_LISTS = ("to", "cc", "bcc", "replyTo")
+
+
+def _valid_tag(value: str) -> None:
+    problem = tag_problem(value)
+    if problem:
+        raise ma.ValidationError(problem)
 
 
 class TransmissionRequestSchema(CompatSchema):
@@ -258,7 +301,14 @@ class TransmissionRequestSchema(CompatSchema):
             "with substitutionData like the template's subject."
         },
     )
-    to = _addresses("Primary recipients, at least one.", required=True)
+    to = fields.List(
+        fields.Nested(RecipientSchema),
+        required=True,
+        metadata={
+            "description": "Primary recipients, at least one. One address may stand alone, "
+            "not in a list. An entry may carry its own substitutionData and metadata."
+        },
+    )
     replyTo = _addresses("Reply-To addresses.")
     cc = _addresses("Carbon-copy recipients.")
     bcc = _addresses("Blind-carbon-copy recipients: they get the mail, no header shows them.")
@@ -295,6 +345,16 @@ class TransmissionRequestSchema(CompatSchema):
     substitutionData = fields.Dict(
         keys=fields.String(), metadata={"description": "Values for the template's shortcodes."}
     )
+    tags = fields.List(
+        fields.String(validate=_valid_tag),
+        validate=validate.Length(max=MAX_TAGS, error=f"At most {MAX_TAGS} tags."),
+        metadata={
+            "description": f"At most {MAX_TAGS} labels of 1 to {MAX_TAG_LENGTH} characters, "
+            "each kept once: on every record and webhook event of the message, an Activity "
+            "filter (`tag=`) and the Overview's figures per tag.",
+            "example": ["welcome", "onboarding"],
+        },
+    )
 
     @ma.pre_load
     def one_address(self, data: Any, **kwargs: Any) -> Any:
@@ -321,6 +381,17 @@ class TransmissionRequestSchema(CompatSchema):
             raise ma.ValidationError("Give bodyText and/or bodyHtml, or a templateId.", "bodyText")
         if "substitutionData" in data and "templateId" not in data:
             raise ma.ValidationError("substitutionData needs a templateId.", "substitutionData")
+        if "templateId" not in data:
+            for index, entry in enumerate(data["to"]):
+                if isinstance(entry, RecipientData) and entry.substitution_data:
+                    raise ma.ValidationError(
+                        {
+                            str(index): {
+                                "substitutionData": ["substitutionData needs a templateId."]
+                            }
+                        },
+                        "to",
+                    )
         if "subject" not in data and "templateId" not in data:
             raise ma.ValidationError("Missing data for required field.", "subject")
         count = sum(len(data.get(kind, ())) for kind in ("to", "cc", "bcc"))
@@ -333,10 +404,11 @@ class TransmissionRequestSchema(CompatSchema):
     @ma.post_load
     def make_request(self, data: dict[str, Any], **kwargs: Any) -> TransmissionRequest:
         options = data.get("optionsAttributes", {})
+        personal = tuple(entry for entry in data["to"] if isinstance(entry, RecipientData))
         message = OutgoingMessage(
             sender=data["from_"],
             subject=data.get("subject", ""),
-            to=tuple(data["to"]),
+            to=tuple(e.mailbox if isinstance(e, RecipientData) else e for e in data["to"]),
             cc=tuple(data.get("cc", ())),
             bcc=tuple(data.get("bcc", ())),
             reply_to=tuple(data.get("replyTo", ())),
@@ -357,6 +429,8 @@ class TransmissionRequestSchema(CompatSchema):
             template_id=data.get("templateId"),
             substitution_data=data.get("substitutionData", {}),
             metadata=data.get("metadata", {}),
+            recipient_data=personal,
+            tags=distinct_tags(data.get("tags", ())),
         )
 
 

@@ -41,6 +41,7 @@ from layang.delivery.queue import (
     claim_due_recipients,
     claim_due_recipients_besides,
     load_transmissions,
+    personal_contents,
     record_attempts,
     record_suppressed,
     record_waiting,
@@ -51,6 +52,7 @@ from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
+from layang.mail.outbox import PersonalContent
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
 from layang.queueing.bridge import LoopSignal
@@ -293,6 +295,14 @@ class Worker:
             except Exception as error:
                 self.unbuildable(transmission, recipients, error)
                 return []
+        if transmission.personalized and message is not None:
+            contents = personal_contents([r.id for r in recipients])
+            jobs = []
+            for recipient in recipients:
+                own = contents.get(recipient.id)
+                mine = message if own is None else PersonalContent.apply(message, own)
+                jobs.extend(self.attempt(transmission, [recipient], mine, personal=True))
+            return jobs
         if self.builder.is_personal(message):
             jobs = []
             for recipient in recipients:

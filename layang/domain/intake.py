@@ -34,8 +34,17 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
-from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage, domain_of, tls_requirement
-from layang.mail.outbox import Submission, enqueue, queue_message
+from layang.mail.message import (
+    MAX_TAGS,
+    RECIPIENT_KINDS,
+    Mailbox,
+    OutgoingMessage,
+    distinct_tags,
+    domain_of,
+    tag_problem,
+    tls_requirement,
+)
+from layang.mail.outbox import PersonalContent, PersonalCopy, Submission, enqueue, queue_message
 from layang.mail.submitted import PreparedMessage
 from layang.mail.suppression import suppressed_addresses
 from layang.models import STREAMS, TRANSACTIONAL, Account
@@ -88,17 +97,35 @@ def metadata_object(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class RecipientData:
+    """A ``to`` recipient's own data: ``substitution_data`` merged over the request's for its
+    copy, ``metadata`` (None: none given) merged over the request's on its record."""
+
+    mailbox: Mailbox
+    substitution_data: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TransmissionRequest:
     """A send as a client asked for it: the message (a draft, when a template fills in its
-    subject and bodies), the template and its data, and metadata kept with every record."""
+    subject and bodies), the template and its data, metadata kept with every record, and the
+    ``to`` recipients' own data (``recipient_data``, in the order given)."""
 
     message: OutgoingMessage
     template_id: str | None = None
     substitution_data: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    recipient_data: tuple[RecipientData, ...] = ()
+    tags: tuple[str, ...] = ()
 
 
-def _render_template(account: Account, request: TransmissionRequest) -> OutgoingMessage:
+def _render_template(
+    account: Account,
+    request: TransmissionRequest,
+    data: Mapping[str, Any] | None = None,
+    field_path: str = "",
+) -> OutgoingMessage:
     """The message with subject and bodies from the template's current version, rendered now:
     the message is fixed at acceptance, whatever happens to the template before it is relayed.
 
@@ -111,26 +138,57 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
         _, compiled = templates_store.compiled_version(account.id, template_id)
     except templates_store.TemplateNotFound:
         raise TemplateNotFound(template_id) from None
-    data = dict(request.substitution_data)
+    data = dict(request.substitution_data if data is None else data)
     rendered = compiled.render(data)
     text = rendered.body_text or request.message.text
     html = rendered.body_html or request.message.html
     if text is None and html is None:
         raise InvalidInput("template_id", f"Template {template_id!r} renders no body.")
+    subject_field = f"{field_path}substitutionData" if field_path else "subject"
     if request.message.subject:
         try:
             subject = templates_store.render_subject(request.message.subject, data).strip()
         except templates_store.TemplateSyntaxError as error:
             raise InvalidInput("subject", f"Not a valid template: {error.detail}.") from None
         except templates_store.RenderError as error:
-            raise InvalidInput("subject", f"Could not render: {error.detail}.") from None
+            raise InvalidInput(subject_field, f"Could not render: {error.detail}.") from None
         if not subject:
-            raise InvalidInput("subject", "Renders as nothing with this substitutionData.")
+            raise InvalidInput(subject_field, "Renders as nothing with this substitutionData.")
     else:
         if not rendered.subject or not rendered.subject.strip():
-            raise InvalidInput("subject", "Missing, and the template has no subject.")
+            raise InvalidInput(subject_field, "Missing, and the template has no subject.")
         subject = rendered.subject.strip()
     return replace(request.message, subject=subject, text=text, html=html)
+
+
+def _personal_copies(
+    account: Account, request: TransmissionRequest, config: Config
+) -> dict[str, PersonalCopy]:
+    """What differs for each ``to`` recipient who brought data of its own, by lower-cased
+    address (the first entry of an address listed twice): its copy's subject and bodies
+    rendered with the merged substitution data, its merged metadata. Raises ``InvalidInput``
+    naming ``to.<index>.substitutionData`` or ``to.<index>.metadata``, and
+    ``MessageTooLarge`` for a copy over ``LAYANG_MAX_MESSAGE_BYTES``."""
+    copies: dict[str, PersonalCopy] = {}
+    for index, entry in enumerate(request.recipient_data):
+        key = entry.mailbox.email.lower()
+        if key in copies:
+            continue
+        content = None
+        if entry.substitution_data and request.template_id is not None:
+            data = {**request.substitution_data, **entry.substitution_data}
+            rendered = _render_template(account, request, data, f"to.{index}.")
+            if rendered.content_size() > config.max_message_bytes:
+                raise MessageTooLarge(config.max_message_bytes)
+            content = PersonalContent(rendered.subject, rendered.text, rendered.html)
+        metadata = None
+        if entry.metadata is not None:
+            try:
+                metadata = metadata_object({**request.metadata, **entry.metadata})
+            except ValueError as error:
+                raise InvalidInput(f"to.{index}.metadata", str(error)) from None
+        copies[key] = PersonalCopy(content, metadata)
+    return copies
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +225,19 @@ class SubmittedMessage:
     recipients: tuple[str, ...]
     prepared: PreparedMessage
     require_tls: bool = False  # the REQUIRETLS MAIL parameter
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The ``X-Layang-Tag`` headers' values, each once. Raises ``InvalidInput`` for a value
+        that is no tag and for more than ``MAX_TAGS``."""
+        tags = distinct_tags(self.prepared.tags)
+        for tag in tags:
+            problem = tag_problem(tag)
+            if problem:
+                raise InvalidInput("X-Layang-Tag", f"{tag[:40]!r}: {problem}")
+        if len(tags) > MAX_TAGS:
+            raise InvalidInput("X-Layang-Tag", f"At most {MAX_TAGS} tags ({len(tags)} given).")
+        return tags
 
     @property
     def stream(self) -> str:
@@ -219,6 +290,7 @@ def accept_transmission(
         size = len(request.prepared.raw)
         recipients = {"to": list(request.recipients)}
         stream = request.stream
+        request.tags  # noqa: B018 - refused here, before any other rule, like the stream
     else:
         message = request.message
         if request.template_id is not None:
@@ -240,6 +312,7 @@ def accept_transmission(
     take(account, config.rate_limit)
     if isinstance(request, SubmittedMessage):
         return _enqueue_submitted(account, request, claim)
+    personal = _personal_copies(account, request, config) if request.recipient_data else {}
     addresses = [address for address, _ in message.envelope_recipients()]
     suppressed = suppressed_addresses(account.id, addresses, transactional=message.is_transactional)
     accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
@@ -252,6 +325,8 @@ def accept_transmission(
             transmission_id=accepted.transmission_id,
             also=answer,
             suppressed=suppressed,
+            personal=personal,
+            tags=request.tags,
         )
     except peewee.IntegrityError:
         if claim is None:
@@ -288,6 +363,7 @@ def _enqueue_submitted(
         suppressed=suppressed,
         tls_requirement=tls_requirement(submitted.require_tls, prepared.tls_required),
         stream=submitted.stream,
+        tags=submitted.tags,
     )
     try:
         enqueue(account, submission, answer)

@@ -24,6 +24,7 @@ from layang.models import (
     Event,
     Recipient,
     Transmission,
+    TransmissionTag,
 )
 from layang.pagination import Page, keyset_page
 
@@ -60,6 +61,7 @@ class ActivityRecord:
     events: tuple[ActivityEvent, ...]
     events_omitted: int = 0
     stream: str = TRANSACTIONAL
+    tags: tuple[str, ...] = ()
 
     @property
     def failure(self) -> ActivityEvent | None:
@@ -95,6 +97,7 @@ class ActivitySearch:
     recipient_contains: str = ""
     subject_contains: str = ""
     metadata: tuple[str, str] | None = None
+    tag: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +192,13 @@ def _record(
         status=recipient.status,
         created_at=recipient.created_at,
         updated_at=recipient.updated_at,
-        metadata=json.loads(transmission.metadata),
+        metadata=json.loads(
+            transmission.metadata if recipient.metadata is None else recipient.metadata
+        ),
         events=(injection, *timeline.events),
         events_omitted=timeline.stored - len(timeline.events),
         stream=transmission.stream,
+        tags=tuple(json.loads(transmission.tags)) if transmission.tags else (),
     )
 
 
@@ -232,11 +238,17 @@ def _activity_query(
             query = query.where(Transmission.subject.contains(search.subject_contains))
         if search.metadata is not None:
             query = query.where(_metadata_equals(*search.metadata))
+        if search.tag:
+            tagged = TransmissionTag.select(TransmissionTag.transmission).where(
+                (TransmissionTag.account == account.id) & (TransmissionTag.tag == search.tag)
+            )
+            query = query.where(Recipient.transmission.in_(tagged))
     return query
 
 
 def _metadata_equals(key: str, value: str) -> peewee.Node:
-    """The stored metadata (a JSON object in a text column) has ``key`` with ``value`` as text.
+    """The record's metadata (a JSON object in a text column: the recipient's own, else the
+    transmission's) has ``key`` with ``value`` as text.
     Evaluated by the database: ``->>`` on PostgreSQL, ``json_each`` on SQLite (which spells
     booleans 1 and 0, so they are turned back into JSON's words)."""
     param = Transmission._meta.database.param
@@ -244,14 +256,14 @@ def _metadata_equals(key: str, value: str) -> peewee.Node:
         return peewee.NodeList(
             (
                 peewee.SQL("(CAST("),
-                Transmission.metadata,
+                fn.COALESCE(Recipient.metadata, Transmission.metadata),
                 peewee.SQL(f"AS jsonb) ->> {param}) = {param}", [key, value]),
             )
         )
     return peewee.NodeList(
         (
             peewee.SQL("EXISTS (SELECT 1 FROM json_each("),
-            Transmission.metadata,
+            fn.COALESCE(Recipient.metadata, Transmission.metadata),
             peewee.SQL(
                 f") AS kv WHERE kv.key = {param} AND CASE kv.type WHEN 'true' THEN 'true' "
                 "WHEN 'false' THEN 'false' ELSE CAST(kv.value AS TEXT) END = "
@@ -273,14 +285,18 @@ def list_activity(
     limit: int = 50,
     cursor: str | None = None,
     recipient_contains: str = "",
+    tag: str | None = None,
 ) -> Page[ActivityRecord]:
     """One page of the account's records, newest first.
 
     ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
     with such an event); ``recipient`` is an exact address (any case), ``recipient_contains``
-    part of one; ``since``/``until`` bound the creation time (epoch ms, inclusive).
+    part of one; ``tag`` one of the message's tags (exact); ``since``/``until`` bound the
+    creation time (epoch ms, inclusive).
     """
-    search = ActivitySearch(recipient_contains=recipient_contains) if recipient_contains else None
+    search = None
+    if recipient_contains or tag:
+        search = ActivitySearch(recipient_contains=recipient_contains, tag=tag or "")
     query = _activity_query(account, status, recipient, transmission_id, since, until, search)
     page = keyset_page(query, Recipient.id, limit=limit, cursor=cursor)
     events = _events_by_recipient(r.id for r in page.items)

@@ -33,6 +33,7 @@ from layang.models import (
     PayloadChunk,
     Recipient,
     Transmission,
+    TransmissionTag,
 )
 
 QUEUED_CHANNEL = "layang_mail"
@@ -70,6 +71,10 @@ RECIPIENT_FIELDS = (
     "domain",
     "priority",
 )
+PERSONAL_FIELDS = ("content", "metadata")
+TAG_FIELDS = ("transmission", "account", "tag")
+"""Recipient columns written only for a send whose recipients have data of their own: the
+common send's rows stay as small as before."""
 
 
 PAYLOAD_CHUNK_CHARS = 256 * 1024
@@ -151,6 +156,42 @@ def _joined(pieces: Iterable[str], size: int) -> Iterator[str]:
         yield "".join(held)
 
 
+@dataclass(frozen=True, slots=True)
+class PersonalContent:
+    """One recipient's subject and bodies, rendered for it alone (the rest of its copy is the
+    message's)."""
+
+    subject: str
+    text: str | None
+    html: str | None
+
+    def to_json(self) -> str:
+        """The stored form: ``{"subject", "text"?, "html"?}``."""
+        stored: dict[str, Any] = {"subject": self.subject}
+        if self.text is not None:
+            stored["text"] = self.text
+        if self.html is not None:
+            stored["html"] = self.html
+        return json.dumps(stored, separators=(",", ":"))
+
+    @staticmethod
+    def apply(message: OutgoingMessage, stored: str) -> OutgoingMessage:
+        """``message`` with the subject and bodies of ``stored`` (``to_json``'s text)."""
+        content = json.loads(stored)
+        return replace(
+            message, subject=content["subject"], text=content.get("text"), html=content.get("html")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalCopy:
+    """What is one recipient's own: its content (None: the message's) and its metadata, merged
+    over the message's (None: the message's)."""
+
+    content: PersonalContent | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
 @dataclass(frozen=True)
 class Submission:
     """A message accepted by one of the ways in, ready to be stored: either ``message`` (built
@@ -173,6 +214,10 @@ class Submission:
     suppressed: Mapping[str, str] = field(default_factory=dict)
     tls_requirement: str | None = None  # see ``layang.mail.message.tls_requirement``
     stream: str = TRANSACTIONAL
+    personal: Mapping[str, PersonalCopy] = field(default_factory=dict)
+    """What is some ``to`` recipients' own, by lower-cased address."""
+    tags: tuple[str, ...] = ()
+    """The send's tags, each once (see ``layang.mail.message.tag_problem``)."""
 
     @property
     def from_domain(self) -> str:
@@ -195,8 +240,11 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     """Store ``submission`` and queue one email per recipient, in one durable transaction,
     with the rows of ``also`` (an idempotency key's answer): all or nothing. A suppressed
     recipient's record is stored ``Suppressed``, with its event, and never queued; the
-    others' Injection events go to webhooks."""
+    others' Injection events go to webhooks. A recipient of ``submission.personal`` keeps its
+    own content and metadata on its row."""
     created = submission.created_at
+    personal = submission.personal
+    personalized = any(copy.content is not None for copy in personal.values())
     recipient_ids = [new_id() for _ in submission.recipients]
     stored = None if submission.message is None else StoredPayload(submission.message)
     transmission_row = (
@@ -222,23 +270,43 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
         reason = submission.suppressed.get(address.lower())
         domain = recipient_domain(address)
+        own = personal.get(address.lower()) if personal else None
+        extra: tuple[str | None, ...] = (None, None) if personal else ()
+        if own is not None:
+            extra = (
+                None if own.content is None else own.content.to_json(),
+                None if own.metadata is None else json.dumps(own.metadata),
+            )
         if reason is None:
             row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created, domain, priority))
+            recipient_rows.append((*row, created, created, 0, created, domain, priority, *extra))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
-            recipient_rows.append((*row, created, created, 0, None, domain, priority))
+            recipient_rows.append((*row, created, created, 0, None, domain, priority, *extra))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     chunks = []
     if stored is not None and stored.inline is None:
         rows = functools.partial(stored.chunk_rows, submission.transmission_id)
         chunks.append(RowStream(PayloadChunk, PAYLOAD_CHUNK_FIELDS, rows))
+    transmission_fields, recipient_fields = TRANSMISSION_FIELDS, RECIPIENT_FIELDS
+    if personal:
+        transmission_fields += ("personalized",)
+        transmission_row += (int(personalized),)
+        recipient_fields += PERSONAL_FIELDS
+    tags = []
+    if submission.tags:
+        transmission_fields += ("tags",)
+        transmission_row += (json.dumps(list(submission.tags)),)
+        # Before the recipients: the overview's triggers count their Injection per tag.
+        rows = [(submission.transmission_id, account.id, tag) for tag in submission.tags]
+        tags.append((TransmissionTag, TAG_FIELDS, rows))
     insert_atomically(
         [
-            (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
+            (Transmission, transmission_fields, [transmission_row]),
+            *tags,
             *chunks,
-            (Recipient, RECIPIENT_FIELDS, recipient_rows),
+            (Recipient, recipient_fields, recipient_rows),
             *event_batches(suppressed_events),
             *injection_batches(account.id, injected, created),
             *also,
@@ -258,12 +326,15 @@ def queue_message(
     transmission_id: str | None = None,
     also: Sequence[Batch] = (),
     suppressed: Mapping[str, str] | None = None,
+    personal: Mapping[str, PersonalCopy] | None = None,
+    tags: tuple[str, ...] = (),
 ) -> str:
     """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
     under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
     ``enqueue``); returns the transmission id once it is durably stored. The message is dated
     now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
-    None."""
+    None; ``personal`` what is some ``to`` recipients' own (see ``Submission.personal``);
+    ``tags`` the send's tags."""
     transmission_id = transmission_id or new_id()
     recipients = message.envelope_recipients()
     if suppressed is None:
@@ -289,6 +360,8 @@ def queue_message(
         suppressed=suppressed,
         tls_requirement=message.tls_requirement,
         stream=message.stream,
+        personal=personal or {},
+        tags=tags,
     )
     enqueue(account, submission, also)
     log.info(

@@ -26,6 +26,7 @@ from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, Not
 from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
+    MAX_TAG_LENGTH,
     has_line_break,
     nested_too_deep,
     normalize_address,
@@ -193,6 +194,7 @@ def activity_page(account: Account) -> Any:
         "recipient": args.get("recipient", "").strip(),
         "subject": args.get("subject", "").strip(),
         "metadata": args.get("metadata", "").strip(),
+        "tag": args.get("tag", "").strip()[:MAX_TAG_LENGTH],
         "transmission": args.get("transmission", "").strip(),
         "since": args.get("since", ""),
         "until": args.get("until", ""),
@@ -208,6 +210,7 @@ def activity_page(account: Account) -> Any:
             recipient_contains=filters["recipient"],
             subject_contains=filters["subject"],
             metadata=_metadata_filter(filters["metadata"]),
+            tag=filters["tag"],
         ),
         limit=size,
         older_than=args.get("older") or None,
