@@ -161,6 +161,7 @@ class Layang:
         click_tracking: bool | None = None,
         transactional: bool | None = None,
         idempotency_key: str | None = None,
+        tags: Iterable[str] | None = None,
     ) -> str:
         """Send a message; returns its transmission id once the service has stored it.
 
@@ -173,7 +174,9 @@ class Layang:
         ``(filename, bytes[, mime])`` tuples, ``{"filename", "content": bytes}`` or
         ``{"filename", "value": base64, "mimeType"}``. ``headers`` maps names to values.
         ``transactional=False`` marks mail people may unsubscribe from (one-click unsubscribe
-        headers are added); recipients on the suppression list are never sent to.
+        headers are added); recipients on the suppression list are never sent to. ``tags``
+        (at most 10 strings of 1 to 64 characters) label the message's records and webhook
+        events, and filter Activity (``client.activity.list(tag=)``).
 
         ``idempotency_key`` (1 to 255 printable ASCII characters) makes a repeat of this
         call within 24 hours return the first one's transmission id instead of sending again,
@@ -200,6 +203,8 @@ class Layang:
             body["templateId"] = template_id
         if substitution_data is not None:
             body["substitutionData"] = dict(substitution_data)
+        if tags is not None:
+            body["tags"] = list(tags)
         options = {
             key: value
             for key, value in (
