@@ -1,4 +1,4 @@
--- Layang's database schema after migration 32, as a fresh database has it.
+-- Layang's database schema after migration 33, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -395,6 +395,7 @@ CREATE TABLE "recipient" (
     "priority" integer DEFAULT 0 NOT NULL,
     "content" text,
     "metadata" text,
+    "scheduled_at" bigint,
     CONSTRAINT "recipient_pkey" PRIMARY KEY (id),
     CONSTRAINT "recipient_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
     CONSTRAINT "recipient_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
@@ -404,6 +405,7 @@ CREATE INDEX recipient_account_id_status_id ON public.recipient USING btree (acc
 CREATE INDEX recipient_domain_next_attempt_at ON public.recipient USING btree (domain, next_attempt_at);
 CREATE INDEX recipient_next_attempt_at ON public.recipient USING btree (next_attempt_at);
 CREATE INDEX recipient_priority_next_attempt_at ON public.recipient USING btree (priority, next_attempt_at);
+CREATE INDEX recipient_scheduled_at ON public.recipient USING btree (scheduled_at);
 CREATE INDEX recipient_transmission_id ON public.recipient USING btree (transmission_id);
 CREATE INDEX recipient_waiting_on ON public.recipient USING btree (waiting_on);
 CREATE TRIGGER activity_count_sent AFTER INSERT ON public.recipient REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_count_sent();
@@ -560,6 +562,7 @@ CREATE TABLE "transmission" (
     "tls_requirement" character varying(16),
     "personalized" integer DEFAULT 0 NOT NULL,
     "tags" text,
+    "scheduled_at" bigint,
     CONSTRAINT "transmission_pkey" PRIMARY KEY (id),
     CONSTRAINT "transmission_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
@@ -890,7 +893,7 @@ CREATE TABLE "recipient" (
     "attempts" INTEGER NOT NULL,
     "next_attempt_at" INTEGER,
     "lease_owner" VARCHAR(64),
-    "lease_expires_at" INTEGER, "domain" TEXT, "waiting_on" TEXT, "priority" INTEGER NOT NULL DEFAULT 0, "content" TEXT, "metadata" TEXT,
+    "lease_expires_at" INTEGER, "domain" TEXT, "waiting_on" TEXT, "priority" INTEGER NOT NULL DEFAULT 0, "content" TEXT, "metadata" TEXT, "scheduled_at" INTEGER,
     FOREIGN KEY ("transmission_id") REFERENCES "transmission" ("id") ON DELETE CASCADE,
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "recipient_account_id_id" ON "recipient" ("account_id", "id");
@@ -898,6 +901,7 @@ CREATE INDEX "recipient_account_id_status_id" ON "recipient" ("account_id", "sta
 CREATE INDEX "recipient_domain_next_attempt_at" ON "recipient" ("domain", "next_attempt_at");
 CREATE INDEX "recipient_next_attempt_at" ON "recipient" ("next_attempt_at");
 CREATE INDEX "recipient_priority_next_attempt_at" ON "recipient" ("priority", "next_attempt_at");
+CREATE INDEX "recipient_scheduled_at" ON "recipient" ("scheduled_at");
 CREATE INDEX "recipient_transmission_id" ON "recipient" ("transmission_id");
 CREATE INDEX "recipient_waiting_on" ON "recipient" ("waiting_on");
 CREATE TRIGGER "activity_count_sent" AFTER INSERT ON "recipient"
@@ -1035,7 +1039,7 @@ CREATE TABLE "transmission" (
     "message_id" VARCHAR(400) NOT NULL,
     "metadata" TEXT NOT NULL,
     "payload" TEXT,
-    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16), "personalized" INTEGER NOT NULL DEFAULT 0, "tags" TEXT,
+    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16), "personalized" INTEGER NOT NULL DEFAULT 0, "tags" TEXT, "scheduled_at" INTEGER,
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "transmission_account_id" ON "transmission" ("account_id");
 

@@ -24,13 +24,17 @@ DELAY = "Delay"
 DELIVERY = "Delivery"
 BOUNCE = "Bounce"
 SUPPRESSED = "Suppressed"
+SCHEDULED = "Scheduled"
+"""Waiting for its ``scheduledAt``: not in the queue yet."""
+CANCELLED = "Cancelled"
+"""A scheduled email cancelled before its time: never sent."""
 OPEN = "Open"
 CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
 AUTO_REPLY = "AutoReply"
 """An automatic reply (RFC 3834) to the email: no delivery state, no suppression."""
-DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
+DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED, SCHEDULED, CANCELLED)
 WARNING = "Warning"
 """Not an email's event: the circuit breaker's, about an account or domain (docs/api.md, "Streams
 and the circuit breaker")."""
@@ -41,7 +45,7 @@ TRANSACTIONAL = "transactional"
 BROADCAST = "broadcast"
 STREAMS = (TRANSACTIONAL, BROADCAST)
 STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
-FINAL_STATES = (BOUNCE, SUPPRESSED)
+FINAL_STATES = (BOUNCE, SUPPRESSED, CANCELLED)
 """A record in one of these states keeps it, whatever outcome is recorded after (a bounce
 report can arrive before the worker records the delivery it follows)."""
 EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE, AUTO_REPLY)
@@ -107,6 +111,8 @@ class Transmission(BaseModel):
     personalized = peewee.IntegerField(constraints=[peewee.SQL("DEFAULT 0")])
     # The send's tags as a JSON list, null for none (each also a ``TransmissionTag`` row).
     tags = peewee.TextField(null=True)
+    # When a scheduled send is (or was) due, epoch ms; null for one sent at once.
+    scheduled_at = peewee.BigIntegerField(null=True)
 
 
 class TransmissionTag(BaseModel):
@@ -152,6 +158,8 @@ class Recipient(BaseModel):
     # JSON (``layang.mail.outbox.PersonalContent``), its metadata merged over the message's.
     content = peewee.TextField(null=True)
     metadata = peewee.TextField(null=True)
+    # While ``Scheduled``: when it is due (epoch ms); cleared when released or cancelled.
+    scheduled_at = peewee.BigIntegerField(null=True, index=True)
 
     class Meta:
         indexes = (

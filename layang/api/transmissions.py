@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+from datetime import UTC, datetime
 from typing import Any
 
 import flask
@@ -24,11 +25,15 @@ from layang.api.fields import (
     strip_empty,
 )
 from layang.api.idempotency import current_claim
+from layang.clock import now_ms
+from layang.domain import scheduled_sends
 from layang.domain.intake import (
+    MAX_SCHEDULE_DAYS,
     RecipientData,
     TransmissionRequest,
     accept_transmission,
     metadata_object,
+    schedule_time,
 )
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.mail.message import (
@@ -277,6 +282,10 @@ def _addresses(description: str, **kwargs: Any) -> fields.List:
 ADDRESS_LISTS = ("to", "cc", "bcc", "replyTo")
 
 
+def _epoch_ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
 def _valid_tag(value: str) -> None:
     problem = tag_problem(value)
     if problem:
@@ -344,6 +353,15 @@ class TransmissionRequestSchema(CompatSchema):
     )
     substitutionData = fields.Dict(
         keys=fields.String(), metadata={"description": "Values for the template's shortcodes."}
+    )
+    scheduledAt = fields.AwareDateTime(
+        default_timezone=UTC,
+        metadata={
+            "description": "When to send (ISO 8601; without a zone, UTC): at most "
+            f"{MAX_SCHEDULE_DAYS} days ahead; a time past means now. Until then every record "
+            "is `Scheduled`, and the send may be cancelled or moved.",
+            "example": "2026-12-01T09:00:00Z",
+        },
     )
     tags = fields.List(
         fields.String(validate=_valid_tag),
@@ -431,6 +449,7 @@ class TransmissionRequestSchema(CompatSchema):
             metadata=data.get("metadata", {}),
             recipient_data=personal,
             tags=distinct_tags(data.get("tags", ())),
+            scheduled_at=_epoch_ms(data.get("scheduledAt")),
         )
 
 
@@ -457,6 +476,30 @@ class TransmissionSchema(ma.Schema):
     subject = fields.String()
     recipients = fields.List(
         fields.Nested(ActivityRecordSchema), metadata={"description": "In the order given."}
+    )
+    scheduled_at = Timestamp(
+        data_key="scheduledAt",
+        metadata={
+            **ISO_8601,
+            "description": "When a scheduled send is (or was) due; absent for one sent at once.",
+        },
+    )
+
+    @ma.post_dump
+    def _scheduled_only(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if data.get("scheduledAt") is None:
+            data.pop("scheduledAt", None)
+        return data
+
+
+class TransmissionChangeSchema(CompatSchema):
+    scheduledAt = fields.AwareDateTime(
+        required=True,
+        default_timezone=UTC,
+        metadata={
+            "description": f"The new time (ISO 8601): at most {MAX_SCHEDULE_DAYS} days ahead; "
+            "a time past means now."
+        },
     )
 
 
@@ -487,4 +530,32 @@ class TransmissionById(MethodView):
     @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
     def get(self, transmission_id: str) -> TransmissionView:
         """Look up a sent message and every recipient's record"""
+        return get_transmission_view(g.account, transmission_id)
+
+    @blp.arguments(TransmissionChangeSchema())
+    @blp.response(200, TransmissionSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
+    @blp.alt_response(409, schema=ErrorSchema, description="Sending started, or cancelled.")
+    def patch(self, change: dict[str, Any], transmission_id: str) -> TransmissionView:
+        """Move a scheduled send
+
+        Only while every recipient is still `Scheduled`; answers the transmission.
+        """
+        when = schedule_time(_epoch_ms(change["scheduledAt"])) or now_ms()
+        scheduled_sends.move(g.account, transmission_id, when)
+        return get_transmission_view(g.account, transmission_id)
+
+
+@blp.route("/transmissions/<transmission_id>/cancel")
+class TransmissionCancel(MethodView):
+    @blp.response(200, TransmissionSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
+    @blp.alt_response(409, schema=ErrorSchema, description="Sending started already.")
+    def post(self, transmission_id: str) -> TransmissionView:
+        """Cancel a scheduled send
+
+        Every recipient still `Scheduled` becomes `Cancelled` and is never sent; answers the
+        transmission. Once any recipient was released to be sent: 409.
+        """
+        scheduled_sends.cancel(g.account, transmission_id)
         return get_transmission_view(g.account, transmission_id)

@@ -53,6 +53,7 @@ from layang.destinations.sites import Throttle
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
 from layang.mail.outbox import PersonalContent
+from layang.mail.schedule import release_due
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
 from layang.queueing.bridge import LoopSignal
@@ -222,6 +223,9 @@ class Worker:
                 if released:
                     log.info("released %d emails of a broken-off round", released)
         size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
+        if not besides:
+            # Scheduled mail due by now joins the queue first (a read of an index when none).
+            release_due()
         if besides:
             claimed = claim_due_recipients_besides(
                 self.owner, besides, size, self.config.lease_seconds

@@ -20,6 +20,7 @@ from typing import Any
 import peewee
 
 import templates_store
+from layang.clock import now_ms
 from layang.config import Config
 from layang.db import new_id
 from layang.domain.breaker import check_sending
@@ -54,6 +55,8 @@ log = logging.getLogger("layang.outbox")
 MAX_METADATA_BYTES = 10 * 1024
 """Metadata is kept with every activity record and webhook event: at most this much, as
 compact UTF-8 JSON."""
+MAX_SCHEDULE_DAYS = 30
+"""How far ahead a send may be scheduled (CONTRACT section 23)."""
 MAX_METADATA_DEPTH = 32
 """Levels of nesting metadata may have, the object itself being the first."""
 
@@ -118,6 +121,8 @@ class TransmissionRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     recipient_data: tuple[RecipientData, ...] = ()
     tags: tuple[str, ...] = ()
+    scheduled_at: int | None = None
+    """When to send, epoch ms (None: now)."""
 
 
 def _render_template(
@@ -189,6 +194,20 @@ def _personal_copies(
                 raise InvalidInput(f"to.{index}.metadata", str(error)) from None
         copies[key] = PersonalCopy(content, metadata)
     return copies
+
+
+def schedule_time(scheduled_at: int | None, now: int | None = None) -> int | None:
+    """The time a send is held until (epoch ms), or None to send now: a time not in the future
+    means now. Raises ``InvalidInput`` naming ``scheduledAt`` beyond
+    :data:`MAX_SCHEDULE_DAYS` days ahead."""
+    if scheduled_at is None:
+        return None
+    now = now_ms() if now is None else now
+    if scheduled_at <= now:
+        return None
+    if scheduled_at > now + MAX_SCHEDULE_DAYS * 86_400_000:
+        raise InvalidInput("scheduledAt", f"At most {MAX_SCHEDULE_DAYS} days ahead.")
+    return scheduled_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +302,9 @@ def accept_transmission(
     ``IdempotencyInFlight`` when another request with the key committed first. Nothing is
     queued when it raises.
     """
+    scheduled_at = None
+    if isinstance(request, TransmissionRequest):
+        scheduled_at = schedule_time(request.scheduled_at)
     if isinstance(request, SubmittedMessage):
         if request.prepared.authorship_problem:
             raise AmbiguousAuthor(request.prepared.authorship_problem)
@@ -327,6 +349,7 @@ def accept_transmission(
             suppressed=suppressed,
             personal=personal,
             tags=request.tags,
+            scheduled_at=scheduled_at,
         )
     except peewee.IntegrityError:
         if claim is None:

@@ -11,6 +11,7 @@ from typing import Any
 import peewee
 from peewee import fn
 
+from layang.clock import iso_ms
 from layang.db import is_postgresql
 from layang.domain.errors import NotFound
 from layang.mail.message import Mailbox
@@ -19,6 +20,7 @@ from layang.models import (
     DELAY,
     DELIVERY_STATES,
     INJECTION,
+    SCHEDULED,
     TRANSACTIONAL,
     Account,
     Event,
@@ -82,6 +84,7 @@ class TransmissionView:
     sender: Mailbox
     subject: str
     recipients: tuple[ActivityRecord, ...]
+    scheduled_at: int | None = None
 
 
 FAILURE_STATES = (DELAY, BOUNCE)
@@ -180,7 +183,12 @@ def _record(
 ) -> ActivityRecord:
     # Injection is the record's creation, so it is not stored as an event row of its own:
     # one INSERT less on the intake path of every message.
-    injection = ActivityEvent(INJECTION, recipient.created_at, {"source": transmission.source})
+    if transmission.scheduled_at is None:
+        injection = ActivityEvent(INJECTION, recipient.created_at, {"source": transmission.source})
+    else:
+        # Its Injection is an event of its own, stored when the time came.
+        detail = {"source": transmission.source, "scheduledAt": iso_ms(transmission.scheduled_at)}
+        injection = ActivityEvent(SCHEDULED, recipient.created_at, detail)
     return ActivityRecord(
         id=recipient.id,
         transmission_id=transmission.id,
@@ -354,6 +362,7 @@ def get_transmission_view(account: Account, transmission_id: str) -> Transmissio
         sender=_sender(transmission),
         subject=transmission.subject,
         recipients=tuple(_record(r, transmission, events[r.id]) for r in recipients),
+        scheduled_at=transmission.scheduled_at,
     )
 
 

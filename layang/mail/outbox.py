@@ -26,6 +26,7 @@ from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
 from layang.models import (
     INJECTION,
+    SCHEDULED,
     STREAM_PRIORITY,
     SUPPRESSED,
     TRANSACTIONAL,
@@ -218,6 +219,9 @@ class Submission:
     """What is some ``to`` recipients' own, by lower-cased address."""
     tags: tuple[str, ...] = ()
     """The send's tags, each once (see ``layang.mail.message.tag_problem``)."""
+    scheduled_at: int | None = None
+    """When the send is due (epoch ms): its recipients wait ``Scheduled`` until then, out of
+    the queue (``layang.mail.schedule``). None: queued now."""
 
     @property
     def from_domain(self) -> str:
@@ -243,6 +247,9 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     others' Injection events go to webhooks. A recipient of ``submission.personal`` keeps its
     own content and metadata on its row."""
     created = submission.created_at
+    scheduled = submission.scheduled_at
+    # A scheduled recipient is not due (no next attempt) and not yet injected.
+    waiting = (SCHEDULED, None) if scheduled is not None else (INJECTION, created)
     personal = submission.personal
     personalized = any(copy.content is not None for copy in personal.values())
     recipient_ids = [new_id() for _ in submission.recipients]
@@ -277,9 +284,11 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
                 None if own.content is None else own.content.to_json(),
                 None if own.metadata is None else json.dumps(own.metadata),
             )
+        if scheduled is not None:
+            extra += (scheduled if reason is None else None,)
         if reason is None:
-            row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created, domain, priority, *extra))
+            row = (rid, submission.transmission_id, account.id, address, kind, waiting[0])
+            recipient_rows.append((*row, created, created, 0, waiting[1], domain, priority, *extra))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
@@ -294,6 +303,11 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         transmission_fields += ("personalized",)
         transmission_row += (int(personalized),)
         recipient_fields += PERSONAL_FIELDS
+    if scheduled is not None:
+        transmission_fields += ("scheduled_at",)
+        transmission_row += (scheduled,)
+        recipient_fields += ("scheduled_at",)
+        injected = []  # injected when released (``layang.mail.schedule``)
     tags = []
     if submission.tags:
         transmission_fields += ("tags",)
@@ -328,13 +342,14 @@ def queue_message(
     suppressed: Mapping[str, str] | None = None,
     personal: Mapping[str, PersonalCopy] | None = None,
     tags: tuple[str, ...] = (),
+    scheduled_at: int | None = None,
 ) -> str:
     """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
     under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
     ``enqueue``); returns the transmission id once it is durably stored. The message is dated
     now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
     None; ``personal`` what is some ``to`` recipients' own (see ``Submission.personal``);
-    ``tags`` the send's tags."""
+    ``tags`` the send's tags; ``scheduled_at`` when it is due (None: now)."""
     transmission_id = transmission_id or new_id()
     recipients = message.envelope_recipients()
     if suppressed is None:
@@ -362,6 +377,7 @@ def queue_message(
         stream=message.stream,
         personal=personal or {},
         tags=tags,
+        scheduled_at=scheduled_at,
     )
     enqueue(account, submission, also)
     log.info(
