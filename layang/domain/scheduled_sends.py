@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import peewee
+
 from layang.clock import now_ms
 from layang.db import database, is_postgresql, write_transaction
 from layang.domain.errors import Conflict, NotFound
 from layang.mail.events import append_events
-from layang.models import CANCELLED, SCHEDULED, SUPPRESSED, Account, Transmission
+from layang.models import CANCELLED, SCHEDULED, SUPPRESSED, Account, Recipient, Transmission
 
 
 class SendingStarted(Conflict):
@@ -84,3 +86,42 @@ def move(account: Account, transmission_id: str, scheduled_at: int) -> None:
         Transmission.update(scheduled_at=scheduled_at).where(
             Transmission.id == transmission_id
         ).execute()
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSend:
+    """A transmission waiting for its time: when (epoch ms), its subject, sender, and how many
+    recipients wait."""
+
+    transmission_id: str
+    scheduled_at: int
+    subject: str
+    sender: str
+    recipients: int
+
+
+def list_scheduled(account: Account, limit: int = 200) -> list[ScheduledSend]:
+    """The account's transmissions with recipients still ``Scheduled``, soonest first, at
+    most ``limit``: read through the index on (account, status)."""
+    waiting = peewee.fn.COUNT(Recipient.id)
+    rows = (
+        Recipient.select(
+            Recipient.transmission,
+            Transmission.scheduled_at,
+            Transmission.subject,
+            Transmission.mail_from,
+            waiting,
+        )
+        .join(Transmission)
+        .where((Recipient.account == account.id) & (Recipient.status == SCHEDULED))
+        .group_by(
+            Recipient.transmission,
+            Transmission.scheduled_at,
+            Transmission.subject,
+            Transmission.mail_from,
+        )
+        .order_by(Transmission.scheduled_at, Recipient.transmission)
+        .limit(limit)
+        .tuples()
+    )
+    return [ScheduledSend(*row) for row in rows]

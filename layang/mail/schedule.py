@@ -25,14 +25,15 @@ RELEASE_LIMIT = 1000
 """Recipients released in one transaction at most; a worker releases again before each claim."""
 
 
-def release_due(now: int | None = None, limit: int = RELEASE_LIMIT) -> int:
-    """Put the scheduled recipients due by ``now`` (epoch ms) in the queue, with their
-    Injection events; returns how many. A read of the ``scheduled_at`` index comes first, so
-    that a worker with nothing to release takes no write lock."""
-    now = now_ms() if now is None else now
+def release_due(until: int | None = None, limit: int = RELEASE_LIMIT) -> int:
+    """Put the scheduled recipients due by ``until`` (epoch ms; default now) in the queue, due
+    now, with their Injection events; returns how many. A read of the ``scheduled_at`` index
+    comes first, so that a worker with nothing to release takes no write lock."""
+    now = now_ms()
+    until = now if until is None else until
     param = database.obj.param
     due = database.execute_sql(
-        f'SELECT 1 FROM "recipient" WHERE "scheduled_at" <= {param} LIMIT 1', (now,)
+        f'SELECT 1 FROM "recipient" WHERE "scheduled_at" <= {param} LIMIT 1', (until,)
     ).fetchone()
     if due is None:
         return 0
@@ -48,7 +49,7 @@ def release_due(now: int | None = None, limit: int = RELEASE_LIMIT) -> int:
             f'UPDATE "recipient" SET "status" = {param}, "scheduled_at" = NULL, '
             f'"next_attempt_at" = {param}, "updated_at" = {param} '
             f'WHERE "id" {which} AND "status" = {param} RETURNING "id"',
-            (INJECTION, now, now, now, limit, SCHEDULED),
+            (INJECTION, now, now, until, limit, SCHEDULED),
         ).fetchall()
         detail = json.dumps({"scheduled": True})
         append_events([(row[0], INJECTION, now, detail) for row in rows])

@@ -14,6 +14,7 @@ from layang.web import (
     console_guardrails,
     console_overview,
     console_queue,
+    console_scheduled,
     console_security,
     console_suppressions,
     console_webhooks,
@@ -35,6 +36,7 @@ unsubscribe_page.register(web)
 console.register(web)
 console_overview.register(web)
 console_suppressions.register(web)
+console_scheduled.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
 console_security.register(web)
