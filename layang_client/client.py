@@ -7,6 +7,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -32,6 +33,7 @@ from layang_client.payload import (
     _attachment,
     _headers,
     _recipients,
+    _timestamp,
 )
 from layang_client.resources import (
     Activity,
@@ -162,6 +164,7 @@ class Layang:
         transactional: bool | None = None,
         idempotency_key: str | None = None,
         tags: Iterable[str] | None = None,
+        scheduled_at: datetime | str | None = None,
     ) -> str:
         """Send a message; returns its transmission id once the service has stored it.
 
@@ -176,7 +179,9 @@ class Layang:
         ``transactional=False`` marks mail people may unsubscribe from (one-click unsubscribe
         headers are added); recipients on the suppression list are never sent to. ``tags``
         (at most 10 strings of 1 to 64 characters) label the message's records and webhook
-        events, and filter Activity (``client.activity.list(tag=)``).
+        events, and filter Activity (``client.activity.list(tag=)``). ``scheduled_at`` (a
+        datetime, naive ones UTC, or ISO 8601; at most 30 days ahead) holds the message until
+        then: ``client.transmissions.cancel(tid)`` or ``.reschedule(tid, when)`` before it.
 
         ``idempotency_key`` (1 to 255 printable ASCII characters) makes a repeat of this
         call within 24 hours return the first one's transmission id instead of sending again,
@@ -205,6 +210,8 @@ class Layang:
             body["substitutionData"] = dict(substitution_data)
         if tags is not None:
             body["tags"] = list(tags)
+        if scheduled_at is not None:
+            body["scheduledAt"] = _timestamp(scheduled_at)
         options = {
             key: value
             for key, value in (
