@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint
 from layang.api.activity import ActivityRecordSchema
+from layang.api.errors import ValidationFailed, as_api_error, describe, first_error
 from layang.api.fields import (
     ISO_8601,
     CompatSchema,
@@ -27,13 +29,17 @@ from layang.api.fields import (
 from layang.api.idempotency import current_claim
 from layang.clock import now_ms
 from layang.domain import scheduled_sends
+from layang.domain.errors import LayangError
 from layang.domain.intake import (
+    MAX_BATCH,
     MAX_SCHEDULE_DAYS,
     RecipientData,
     TransmissionRequest,
     accept_transmission,
     metadata_object,
+    prepare_batch,
     schedule_time,
+    store_batch,
 )
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.mail.message import (
@@ -503,9 +509,12 @@ class TransmissionChangeSchema(CompatSchema):
     )
 
 
+TRANSMISSION_SCHEMA = TransmissionRequestSchema()  # one instance: building it is costly
+
+
 @blp.route("/transmissions")
 class Transmissions(MethodView):
-    @blp.arguments(TransmissionRequestSchema())  # one instance: building it per request is costly
+    @blp.arguments(TRANSMISSION_SCHEMA)
     @blp.response(200, TransmissionAcceptedSchema)
     @blp.alt_response(401, schema=ErrorSchema, description="Missing, unknown or revoked key.")
     @blp.alt_response(404, schema=ErrorSchema, description="Unknown templateId.")
@@ -522,6 +531,79 @@ class Transmissions(MethodView):
         accepted = accept_transmission(g.account, request, config, current_claim())
         # The hottest endpoint answers a fixed shape: skip the schema dump (still documented).
         return current_app.response_class(accepted.answer(), mimetype="application/json")
+
+
+class BatchRequestSchema(ma.Schema):
+    messages = fields.List(
+        fields.Raw(metadata={"type": "object"}),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_BATCH, error=f"Give 1 to {MAX_BATCH} messages."),
+        metadata={
+            "description": f"1 to {MAX_BATCH} sends, each the body of `POST /transmissions`."
+        },
+    )
+
+
+class BatchResultSchema(ma.Schema):
+    transmissionId = fields.String(metadata={"description": "The message was stored."})
+    suppressed = fields.List(fields.String())
+    error = fields.String(metadata={"description": "Refused: the error code."})
+    message = fields.String()
+    status = fields.Integer(metadata={"description": "The status a send alone would get."})
+    errors = fields.Dict()
+
+
+class BatchAnswerSchema(ma.Schema):
+    results = fields.List(
+        fields.Nested(BatchResultSchema),
+        metadata={
+            "description": 'One per message, in order: `{"transmissionId"}` (and '
+            "`suppressed`) or the error body a send alone would have got."
+        },
+    )
+
+
+def _refusal(error: Exception) -> dict[str, Any]:
+    if isinstance(error, ma.ValidationError):
+        messages = error.messages
+        if isinstance(messages, list):
+            messages = {"_schema": messages}
+        return ValidationFailed(first_error(messages), messages).body()
+    if isinstance(error, LayangError):
+        return describe(error).body()
+    return as_api_error(error).body()  # a template store error
+
+
+@blp.route("/transmissions/batch")
+class TransmissionBatch(MethodView):
+    @blp.arguments(BatchRequestSchema())
+    @blp.response(200, BatchAnswerSchema)
+    @blp.alt_response(401, schema=ErrorSchema, description="Missing, unknown or revoked key.")
+    @blp.alt_response(413, schema=ErrorSchema, description="Request too large.")
+    def post(self, batch: dict[str, Any]) -> flask.Response:
+        """Send up to 500 messages
+
+        Each message is checked and answered alone, in order: one refused does not refuse the
+        others. Those accepted are stored together in one transaction, with the answer to the
+        batch's Idempotency-Key.
+        """
+        config = current_app.config["LAYANG"]
+        requests: list[TransmissionRequest | Exception] = []
+        for item in batch["messages"]:
+            try:
+                requests.append(TRANSMISSION_SCHEMA.load(item))
+            except ma.ValidationError as error:
+                requests.append(error)
+        prepared = prepare_batch(g.account, requests, config)
+        results = [
+            json.loads(item[0].answer()) if isinstance(item, tuple) else _refusal(item)
+            for item in prepared
+        ]
+        body = json.dumps({"results": results}, separators=(",", ":"))
+        claim = current_claim()
+        answer = claim.answer_rows(200, body) if claim else ()
+        store_batch(g.account, [item[1] for item in prepared if isinstance(item, tuple)], answer)
+        return current_app.response_class(body, mimetype="application/json")
 
 
 @blp.route("/transmissions/<transmission_id>")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,12 +22,13 @@ import peewee
 import templates_store
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import new_id
+from layang.db import Batch, new_id
 from layang.domain.breaker import check_sending
 from layang.domain.errors import (
     AmbiguousAuthor,
     IdempotencyInFlight,
     InvalidInput,
+    LayangError,
     MessageTooLarge,
     TemplateNotFound,
 )
@@ -45,7 +46,14 @@ from layang.mail.message import (
     tag_problem,
     tls_requirement,
 )
-from layang.mail.outbox import PersonalContent, PersonalCopy, Submission, enqueue, queue_message
+from layang.mail.outbox import (
+    PersonalContent,
+    PersonalCopy,
+    Submission,
+    enqueue,
+    enqueue_many,
+    message_submission,
+)
 from layang.mail.submitted import PreparedMessage
 from layang.mail.suppression import suppressed_addresses
 from layang.models import STREAMS, TRANSACTIONAL, Account
@@ -302,28 +310,46 @@ def accept_transmission(
     ``IdempotencyInFlight`` when another request with the key committed first. Nothing is
     queued when it raises.
     """
-    scheduled_at = None
-    if isinstance(request, TransmissionRequest):
-        scheduled_at = schedule_time(request.scheduled_at)
     if isinstance(request, SubmittedMessage):
         if request.prepared.authorship_problem:
             raise AmbiguousAuthor(request.prepared.authorship_problem)
         sender = request.prepared.from_address["email"]
         size = len(request.prepared.raw)
-        recipients = {"to": list(request.recipients)}
         stream = request.stream
         request.tags  # noqa: B018 - refused here, before any other rule, like the stream
-    else:
-        message = request.message
-        if request.template_id is not None:
-            message = _render_template(account, request)
-        sender, size = message.sender.email, message.content_size()
-        recipients = {
-            kind: [mailbox.email for mailbox in getattr(message, kind)]
-            for kind in RECIPIENT_KINDS
-            if getattr(message, kind)
-        }
-        stream = message.stream
+        _check(account, sender, size, {"to": list(request.recipients)}, stream, config)
+        return _enqueue_submitted(account, request, claim)
+    accepted, submission = prepare_transmission(account, request, config)
+    answer = claim.answer_rows(200, accepted.answer()) if claim else ()
+    try:
+        enqueue(account, submission, answer)
+    except peewee.IntegrityError:
+        if claim is None:
+            raise
+        # Only the answer's unique key can clash: a holder of the same key got there first.
+        raise IdempotencyInFlight() from None
+    _log_accepted(account, submission)
+    return accepted
+
+
+def _log_accepted(account: Account, submission: Submission) -> None:
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        submission.transmission_id,
+        account.name,
+        len(submission.recipients),
+        submission.source,
+    )
+
+
+def _check(
+    account: Account,
+    sender: str,
+    size: int,
+    recipients: dict[str, list[str]],
+    stream: str,
+    config: Config,
+) -> None:
     if size > config.max_message_bytes:
         raise MessageTooLarge(config.max_message_bytes)
     # The header From is what recipients see and what DKIM and DMARC align with.
@@ -332,31 +358,81 @@ def accept_transmission(
     check_recipients(account, recipients)
     check_sending(account, domain_of(sender).rstrip(".").lower(), stream, config)
     take(account, config.rate_limit)
-    if isinstance(request, SubmittedMessage):
-        return _enqueue_submitted(account, request, claim)
+
+
+def prepare_transmission(
+    account: Account, request: TransmissionRequest, config: Config
+) -> tuple[Accepted, Submission]:
+    """Apply every rule of ``accept_transmission`` to ``request`` (counting it against the
+    rate limit) and return its answer and what to store, stored by nobody yet. Raises what
+    ``accept_transmission`` raises, and ``InvalidInput`` naming ``scheduledAt`` beyond
+    ``MAX_SCHEDULE_DAYS``."""
+    scheduled_at = schedule_time(request.scheduled_at)
+    message = request.message
+    if request.template_id is not None:
+        message = _render_template(account, request)
     personal = _personal_copies(account, request, config) if request.recipient_data else {}
+    recipients = {
+        kind: [mailbox.email for mailbox in getattr(message, kind)]
+        for kind in RECIPIENT_KINDS
+        if getattr(message, kind)
+    }
+    _check(account, message.sender.email, message.content_size(), recipients, message.stream,
+           config)  # fmt: skip
     addresses = [address for address, _ in message.envelope_recipients()]
     suppressed = suppressed_addresses(account.id, addresses, transactional=message.is_transactional)
     accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
-    answer = claim.answer_rows(200, accepted.answer()) if claim else ()
+    submission = message_submission(
+        account,
+        message,
+        request.metadata,
+        transmission_id=accepted.transmission_id,
+        suppressed=suppressed,
+        personal=personal,
+        tags=request.tags,
+        scheduled_at=scheduled_at,
+    )
+    return accepted, submission
+
+
+MAX_BATCH = 500
+"""Messages one batch request may carry (CONTRACT section 23)."""
+
+
+def prepare_batch(
+    account: Account,
+    requests: Sequence[TransmissionRequest | Exception],
+    config: Config,
+) -> list[tuple[Accepted, Submission] | Exception]:
+    """Each of ``requests`` prepared alone, in order (see ``prepare_transmission``): its answer
+    and submission, or the domain or template error that refused it. An item that is an
+    exception already (refused by the way in) stays as it is."""
+    prepared: list[tuple[Accepted, Submission] | Exception] = []
+    for request in requests:
+        if isinstance(request, Exception):
+            prepared.append(request)
+            continue
+        try:
+            prepared.append(prepare_transmission(account, request, config))
+        except (LayangError, templates_store.TemplateStoreError) as error:
+            prepared.append(error)
+    return prepared
+
+
+def store_batch(
+    account: Account, submissions: Sequence[Submission], also: Sequence[Batch] = ()
+) -> None:
+    """Store every one of ``submissions`` with the rows of ``also`` (the batch's idempotency
+    answer) in one durable transaction. Raises ``IdempotencyInFlight`` when ``also`` is given
+    and another request with the key committed first."""
     try:
-        queue_message(
-            account,
-            message,
-            request.metadata,
-            transmission_id=accepted.transmission_id,
-            also=answer,
-            suppressed=suppressed,
-            personal=personal,
-            tags=request.tags,
-            scheduled_at=scheduled_at,
-        )
+        enqueue_many(account, submissions, also)
     except peewee.IntegrityError:
-        if claim is None:
+        if not also:
             raise
-        # Only the answer's unique key can clash: a holder of the same key got there first.
         raise IdempotencyInFlight() from None
-    return accepted
+    for submission in submissions:
+        _log_accepted(account, submission)
 
 
 def _enqueue_submitted(

@@ -246,6 +246,55 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     recipient's record is stored ``Suppressed``, with its event, and never queued; the
     others' Injection events go to webhooks. A recipient of ``submission.personal`` keeps its
     own content and metadata on its row."""
+    batches, injected = _submission_batches(account, submission)
+    insert_atomically([*batches, *also])
+    if injected and is_postgresql():
+        # Wakes idle workers at once (they LISTEN; see layang.delivery.wakeup).
+        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+
+
+MAX_PARAMETERS = 30_000
+"""Values one merged INSERT may carry (SQLite allows 32,766 by default)."""
+
+_RANK = {Transmission: 0, TransmissionTag: 1, PayloadChunk: 2, Recipient: 3}
+
+
+def enqueue_many(
+    account: Account, submissions: Sequence[Submission], also: Sequence[Batch] = ()
+) -> None:
+    """Store every one of ``submissions`` as ``enqueue`` does, all in one durable transaction
+    with the rows of ``also``: each table's rows go in as few INSERT statements as the
+    database's parameter limit allows (a batch of sends costs a few statements, not a few per
+    message)."""
+    ranked: list[tuple[int, int, Batch]] = []
+    injected = False
+    for submission in submissions:
+        batches, some = _submission_batches(account, submission)
+        injected = injected or bool(some)
+        for batch in batches:
+            model = batch[0] if isinstance(batch, tuple) else getattr(batch, "model", None)
+            ranked.append((_RANK.get(model, 4), len(ranked), batch))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    merged: list[Batch] = []
+    for _, _, batch in ranked:
+        last = merged[-1] if merged else None
+        if (
+            isinstance(batch, tuple)
+            and isinstance(last, tuple)
+            and last[0] is batch[0]
+            and last[1] == batch[1]
+            and (len(last[2]) + len(batch[2])) * len(batch[1]) <= MAX_PARAMETERS
+        ):
+            merged[-1] = (last[0], last[1], [*last[2], *batch[2]])
+        else:
+            merged.append(batch)
+    insert_atomically([*merged, *also])
+    if injected and is_postgresql():
+        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+
+
+def _submission_batches(account: Account, submission: Submission) -> tuple[list[Batch], list[str]]:
+    """The inserts that store ``submission`` (see ``enqueue``), and the recipients injected."""
     created = submission.created_at
     scheduled = submission.scheduled_at
     # A scheduled recipient is not due (no next attempt) and not yet injected.
@@ -315,20 +364,15 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
         # Before the recipients: the overview's triggers count their Injection per tag.
         rows = [(submission.transmission_id, account.id, tag) for tag in submission.tags]
         tags.append((TransmissionTag, TAG_FIELDS, rows))
-    insert_atomically(
-        [
-            (Transmission, transmission_fields, [transmission_row]),
-            *tags,
-            *chunks,
-            (Recipient, recipient_fields, recipient_rows),
-            *event_batches(suppressed_events),
-            *injection_batches(account.id, injected, created),
-            *also,
-        ]
-    )
-    if injected and is_postgresql():
-        # Wakes idle workers at once (they LISTEN; see layang.delivery.wakeup).
-        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+    batches: list[Batch] = [
+        (Transmission, transmission_fields, [transmission_row]),
+        *tags,
+        *chunks,
+        (Recipient, recipient_fields, recipient_rows),
+        *event_batches(suppressed_events),
+        *injection_batches(account.id, injected, created),
+    ]
+    return batches, injected
 
 
 def queue_message(
@@ -350,6 +394,42 @@ def queue_message(
     now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
     None; ``personal`` what is some ``to`` recipients' own (see ``Submission.personal``);
     ``tags`` the send's tags; ``scheduled_at`` when it is due (None: now)."""
+    submission = message_submission(
+        account,
+        message,
+        metadata,
+        source,
+        transmission_id=transmission_id,
+        suppressed=suppressed,
+        personal=personal,
+        tags=tags,
+        scheduled_at=scheduled_at,
+    )
+    enqueue(account, submission, also)
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        submission.transmission_id,
+        account.name,
+        len(submission.recipients),
+        source,
+    )
+    return submission.transmission_id
+
+
+def message_submission(
+    account: Account,
+    message: OutgoingMessage,
+    metadata: Mapping[str, Any],
+    source: str = "api",
+    *,
+    transmission_id: str | None = None,
+    suppressed: Mapping[str, str] | None = None,
+    personal: Mapping[str, PersonalCopy] | None = None,
+    tags: tuple[str, ...] = (),
+    scheduled_at: int | None = None,
+) -> Submission:
+    """``message`` as a :class:`Submission` ready to store (see ``queue_message``), dated
+    now."""
     transmission_id = transmission_id or new_id()
     recipients = message.envelope_recipients()
     if suppressed is None:
@@ -379,12 +459,4 @@ def queue_message(
         tags=tags,
         scheduled_at=scheduled_at,
     )
-    enqueue(account, submission, also)
-    log.info(
-        "accepted tid=%s account=%s recipients=%d source=%s",
-        transmission_id,
-        account.name,
-        len(submission.recipients),
-        source,
-    )
-    return transmission_id
+    return submission
