@@ -545,6 +545,21 @@ CREATE SEQUENCE "tls_session_result_id_seq" AS integer OWNED BY "tls_session_res
 CREATE INDEX tls_session_result_day_policy_domain ON public.tls_session_result USING btree (day, policy_domain);
 CREATE UNIQUE INDEX tls_session_result_row_key ON public.tls_session_result USING btree (row_key);
 
+CREATE TABLE "tracking_domain" (
+    "id" integer DEFAULT nextval('tracking_domain_id_seq'::regclass) NOT NULL,
+    "account_id" integer NOT NULL,
+    "domain" character varying(253) NOT NULL,
+    "status" character varying(16) NOT NULL,
+    "created_at" bigint NOT NULL,
+    "checked_at" bigint,
+    "found" text,
+    CONSTRAINT "tracking_domain_pkey" PRIMARY KEY (id),
+    CONSTRAINT "tracking_domain_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "tracking_domain_id_seq" AS integer OWNED BY "tracking_domain"."id";
+CREATE UNIQUE INDEX tracking_domain_account_id_domain ON public.tracking_domain USING btree (account_id, domain);
+CREATE INDEX tracking_domain_domain_status ON public.tracking_domain USING btree (domain, status);
+
 CREATE TABLE "transmission" (
     "id" character varying(26) NOT NULL,
     "account_id" integer NOT NULL,
@@ -1027,6 +1042,10 @@ CREATE TABLE "tls_session_result" (
     "updated_at" INTEGER NOT NULL);
 CREATE INDEX "tls_session_result_day_policy_domain" ON "tls_session_result" ("day", "policy_domain");
 CREATE UNIQUE INDEX "tls_session_result_row_key" ON "tls_session_result" ("row_key");
+
+CREATE TABLE "tracking_domain" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain" VARCHAR(253) NOT NULL, "status" VARCHAR(16) NOT NULL, "created_at" INTEGER NOT NULL, "checked_at" INTEGER, "found" TEXT);
+CREATE UNIQUE INDEX "tracking_domain_account_id_domain" ON "tracking_domain" ("account_id", "domain");
+CREATE INDEX "tracking_domain_domain_status" ON "tracking_domain" ("domain", "status");
 
 CREATE TABLE "transmission" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,

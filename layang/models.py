@@ -733,6 +733,28 @@ class ActivityCount(BaseModel):
 MODELS.append(ActivityCount)
 
 
+class TrackingDomain(BaseModel):
+    """An account's own domain for its tracked links and pixel (CONTRACT section 23):
+    ``pending`` until its CNAME to the service is found, then ``verified``. ``found`` is what
+    the last check saw."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    domain = peewee.CharField(max_length=253)
+    status = peewee.CharField(max_length=16)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    checked_at = peewee.BigIntegerField(null=True)
+    found = peewee.TextField(null=True)
+
+    class Meta:
+        indexes = (
+            (("account", "domain"), True),
+            (("domain", "status"), False),
+        )
+
+
+MODELS.append(TrackingDomain)
+
+
 class ActivityTagCount(BaseModel):
     """As :class:`ActivityCount`, per tag of the mail (one recipient with two tags counts
     under each): the overview's figures per tag, written only by the database's triggers."""

@@ -114,6 +114,7 @@ def init_api(app: flask.Flask) -> None:
         queue,
         suppressions,
         templates,
+        tracking_domains,
         transmissions,
         webhooks,
     )
@@ -151,6 +152,7 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         webhooks,
         queue,
+        tracking_domains,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)
