@@ -41,6 +41,7 @@ from layang_client.resources import (
     Domains,
     Suppressions,
     Templates,
+    TrackingDomains,
     Transmissions,
     Webhooks,
 )
@@ -121,6 +122,7 @@ class Layang:
         self.templates = Templates(self)
         self.authorized_recipients = AuthorizedRecipients(self)
         self.domains = Domains(self)
+        self.tracking_domains = TrackingDomains(self)
         self.suppressions = Suppressions(self)
 
         self.webhooks = Webhooks(self)
