@@ -134,7 +134,9 @@ def init_api(app: flask.Flask) -> None:
                 "description": "Transactional email over HTTP: send messages (transmissions), "
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
-                "webhooks, and the queue (mail waiting, by recipient domain and its site). "
+                "webhooks, tracking domains (your own name for tracked links), and the queue (mail "
+                "waiting, by recipient domain and its site). Sends may be scheduled, batched, "
+                "tagged and personalised per recipient. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],
