@@ -55,7 +55,7 @@ from layang.mail.outbox import (
     message_submission,
 )
 from layang.mail.submitted import PreparedMessage
-from layang.mail.suppression import suppressed_addresses
+from layang.mail.suppression import applies, listed_reasons, suppressed_addresses
 from layang.models import STREAMS, TRANSACTIONAL, Account
 
 log = logging.getLogger("layang.outbox")
@@ -361,12 +361,16 @@ def _check(
 
 
 def prepare_transmission(
-    account: Account, request: TransmissionRequest, config: Config
+    account: Account,
+    request: TransmissionRequest,
+    config: Config,
+    listed: Mapping[str, str] | None = None,
 ) -> tuple[Accepted, Submission]:
     """Apply every rule of ``accept_transmission`` to ``request`` (counting it against the
     rate limit) and return its answer and what to store, stored by nobody yet. Raises what
     ``accept_transmission`` raises, and ``InvalidInput`` naming ``scheduledAt`` beyond
-    ``MAX_SCHEDULE_DAYS``."""
+    ``MAX_SCHEDULE_DAYS``. ``listed`` is what ``listed_reasons`` found for (at least) its
+    recipients, looked up here when None."""
     scheduled_at = schedule_time(request.scheduled_at)
     message = request.message
     if request.template_id is not None:
@@ -380,7 +384,14 @@ def prepare_transmission(
     _check(account, message.sender.email, message.content_size(), recipients, message.stream,
            config)  # fmt: skip
     addresses = [address for address, _ in message.envelope_recipients()]
-    suppressed = suppressed_addresses(account.id, addresses, transactional=message.is_transactional)
+    transactional = message.is_transactional
+    if listed is None:
+        suppressed = suppressed_addresses(account.id, addresses, transactional=transactional)
+    else:
+        keys = (address.lower() for address in addresses)
+        suppressed = {
+            k: listed[k] for k in keys if k in listed and applies(listed[k], transactional)
+        }
     accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
     submission = message_submission(
         account,
@@ -407,13 +418,24 @@ def prepare_batch(
     """Each of ``requests`` prepared alone, in order (see ``prepare_transmission``): its answer
     and submission, or the domain or template error that refused it. An item that is an
     exception already (refused by the way in) stays as it is."""
+    # One look-up of the suppression list for every recipient of the batch.
+    listed = listed_reasons(
+        account.id,
+        (
+            mailbox.email
+            for request in requests
+            if isinstance(request, TransmissionRequest)
+            for kind in RECIPIENT_KINDS
+            for mailbox in getattr(request.message, kind)
+        ),
+    )
     prepared: list[tuple[Accepted, Submission] | Exception] = []
     for request in requests:
         if isinstance(request, Exception):
             prepared.append(request)
             continue
         try:
-            prepared.append(prepare_transmission(account, request, config))
+            prepared.append(prepare_transmission(account, request, config, listed))
         except (LayangError, templates_store.TemplateStoreError) as error:
             prepared.append(error)
     return prepared

@@ -69,3 +69,23 @@ def test_five_hundred_at_most_and_one_key_for_the_batch(client, auth):
     empty = client.post(URL, headers=auth, json={"messages": []})
     assert empty.status_code == 400
     assert Recipient.select().count() == 500
+
+
+def test_suppressed_recipients_are_named_per_message(client, auth):
+    listed = client.put("/v1/layang/suppressions/gone@rcpt.test", headers=auth, json={})
+    assert listed.status_code in (200, 201), listed.json
+    response = client.post(
+        URL,
+        headers=auth,
+        json={
+            "messages": [message(["ana@rcpt.test", "gone@rcpt.test"]), message("Gone@rcpt.test")]
+        },
+    )
+    first, second = response.json["results"]
+    assert first["suppressed"] == ["gone@rcpt.test"] and second["suppressed"] == ["Gone@rcpt.test"]
+    statuses = sorted((r.address, r.status) for r in Recipient.select())
+    assert statuses == [
+        ("Gone@rcpt.test", "Suppressed"),
+        ("ana@rcpt.test", "Injection"),
+        ("gone@rcpt.test", "Suppressed"),
+    ]
