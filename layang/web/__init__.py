@@ -17,6 +17,7 @@ from layang.web import (
     console_scheduled,
     console_security,
     console_suppressions,
+    console_tracking_domains,
     console_webhooks,
     error_pages,
     tracked_links,
@@ -37,6 +38,7 @@ console.register(web)
 console_overview.register(web)
 console_suppressions.register(web)
 console_scheduled.register(web)
+console_tracking_domains.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
 console_security.register(web)
