@@ -45,7 +45,7 @@ def test_a_killed_worker_loses_nothing_and_the_next_sends_on_time(
     for batch in range(5):
         to = [f"later{batch}-{n}@rcpt.test" for n in range(1000)]
         schedule(client, auth, now + 20 * 86_400_000, to, f"later {batch}")
-    due_at = now + 12_000
+    due_at = now + 18_000  # room for a loaded machine to start and kill a worker first
     tid = schedule(client, auth, due_at, ["ana@rcpt.test", "budi@rcpt.test"], "On time")
 
     env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_WORKER_POLL_SECONDS="0.5")
