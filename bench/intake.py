@@ -9,8 +9,12 @@ this release's intake checks: a rate limit set too high to refuse anything (one 
 per send) and an ``Idempotency-Key`` on every send (a claim, and the answer stored with the
 message).
 
+With ``--batch N`` it compares instead, on one Layang server, messages per second sent one per
+request against messages sent ``N`` per ``POST /v1/layang/transmissions/batch`` (alternately,
+in each round; docs/api.md, "Batch").
+
     python bench/intake.py [--seconds 8] [--rounds 3] [--clients 4] [--workers 2]
-        [--database-url URL] [--variant 'LABEL=GUNICORN OPTIONS' ...]
+        [--database-url URL] [--variant 'LABEL=GUNICORN OPTIONS' ...] [--batch 500]
 """
 
 from __future__ import annotations
@@ -65,30 +69,52 @@ def wait_healthy(port: int, path: str) -> None:
     raise SystemExit(f"server on port {port} did not come up")
 
 
+def batch_body(size: int) -> bytes:
+    """``size`` copies of the single send's message as one batch request's body."""
+    return json.dumps({"messages": [json.loads(BODY)] * size}).encode()
+
+
 def client_loop(
-    port: int, headers: dict[str, str], seconds: float, counter, keyed: bool = False
+    port: int,
+    headers: dict[str, str],
+    seconds: float,
+    counter,
+    keyed: bool = False,
+    batch: int = 0,
 ) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     done = 0
+    path, body = "/v1/layang/transmissions", BODY
+    if batch:
+        path, body = "/v1/layang/transmissions/batch", batch_body(batch)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if keyed:
             headers = {**headers, "Idempotency-Key": uuid.uuid4().hex}
-        conn.request("POST", "/v1/layang/transmissions", body=BODY, headers=headers)
+        conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
-        response.read()
+        answer = response.read()
         if response.status != 200:
             raise SystemExit(f"unexpected status {response.status}")
-        done += 1
+        if batch:
+            results = json.loads(answer)["results"]
+            if not all("transmissionId" in result for result in results):
+                raise SystemExit(f"refused in a batch: {results[:2]}")
+        done += batch or 1
     with counter.get_lock():
         counter.value += done
 
 
-def measure(port: int, key: str, seconds: float, clients: int, keyed: bool = False) -> float:
+def measure(
+    port: int, key: str, seconds: float, clients: int, keyed: bool = False, batch: int = 0
+) -> float:
+    """Messages accepted per second by ``clients`` processes in ``seconds``."""
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     counter = multiprocessing.Value("i", 0)
     procs = [
-        multiprocessing.Process(target=client_loop, args=(port, headers, seconds, counter, keyed))
+        multiprocessing.Process(
+            target=client_loop, args=(port, headers, seconds, counter, keyed, batch)
+        )
         for _ in range(clients)
     ]
     started = time.monotonic()
@@ -126,6 +152,13 @@ def main() -> None:
         help="also measure Layang with these gunicorn options on top of its own settings, "
         "e.g. 'gthread 1x8=-k gthread -w 1 --threads 8' (may be repeated)",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare single sends with N-message batches on Layang alone",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="layang-bench-"))
@@ -156,6 +189,9 @@ def main() -> None:
 
     cli("accounts", "create", "bench", "--live")
     key = cli("keys", "create", "bench")["key"]
+    if args.batch:
+        compare_batches(args, env, tmp, key)
+        return
 
     # Layang runs with the settings of `layang serve` (gunicorn.conf.py); the baseline and the
     # configuration Layang had before group commit run plain sync workers.
@@ -218,6 +254,40 @@ def main() -> None:
                 f"  median {statistics.median(ratios):.2f}x"
             )
         print(line)
+
+
+def compare_batches(args: argparse.Namespace, env: dict[str, str], tmp: Path, key: str) -> None:
+    """Messages per second through single sends and through ``args.batch``-message batches,
+    alternately on one Layang server under gunicorn (its ``layang serve`` settings)."""
+    port = free_port()
+    server_env = {**env, "LAYANG_HTTP_BIND": f"127.0.0.1:{port}"}
+    server = start_gunicorn(
+        "wsgi:app", port, server_env, tmp / "batch.log", ["-c", "gunicorn.conf.py"]
+    )
+    single: list[float] = []
+    batched: list[float] = []
+    try:
+        wait_healthy(port, "/healthz")
+        measure(port, key, 1, args.clients)
+        measure(port, key, 1, args.clients, batch=args.batch)
+        for _ in range(args.rounds):
+            single.append(measure(port, key, args.seconds, args.clients))
+            batched.append(measure(port, key, args.seconds, args.clients, batch=args.batch))
+    finally:
+        server.terminate()
+        server.wait()
+    backend = "postgresql" if args.database_url.startswith("postgres") else "sqlite"
+    print(
+        f"backend: {backend}; {args.clients} client processes (keep-alive); {args.rounds} "
+        f"rounds of {args.seconds:.0f}s; layang serves with: {describe_layang_settings(env)}"
+    )
+    ratios = [b / s for s, b in zip(single, batched, strict=True)]
+    print(f"single sends:        median {statistics.median(single):8.1f} messages/s")
+    print(
+        f"batches of {args.batch:<4}:    median {statistics.median(batched):8.1f} messages/s"
+        f"  per-round x single: {', '.join(f'{r:.1f}' for r in ratios)}"
+        f"  median {statistics.median(ratios):.1f}x"
+    )
 
 
 def describe_layang_settings(env: dict[str, str]) -> str:

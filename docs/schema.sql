@@ -1,4 +1,4 @@
--- Layang's database schema after migration 29, as a fresh database has it.
+-- Layang's database schema after migration 33, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -15,6 +15,8 @@
 --   activity_count_event (trigger on "event")  counts each event stored in "activity_count"
 --       under its kind (a bounce under its class, "Bounce:hard"), per account, hour, sending
 --       domain and stream: the activity counts by stream the overview charts (18, 21, 22).
+--   activity_tag_count_sent, activity_tag_count_event (on "recipient", "event")  the same per
+--       tag of the mail, in "activity_tag_count", joining "transmission_tag" (migration 32).
 --   webhook_event_notify, webhook_delivery_notify (PostgreSQL only)  wake idle webhook
 --       dispatchers (NOTIFY layang_webhooks) when webhook work is stored (migration 20).
 -- The circuit breaker's counters ("breaker_count") are not kept by a trigger: layang/mail/
@@ -56,6 +58,38 @@ AS $function$
           RETURN NULL;
         END $function$;
 
+CREATE OR REPLACE FUNCTION public.activity_tag_count_event()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+        BEGIN
+          INSERT INTO "activity_tag_count" ("account_id", "hour", "tag", "kind", "count")
+          SELECT r."account_id", n."created_at" / 3600000 * 3600000, g."tag",
+                 CASE WHEN n."status" = 'Bounce' THEN 'Bounce:' || coalesce(CASE WHEN left(ltrim(n."detail"), 1) = '{' THEN n."detail"::json->>'bounceClass' END, 'undetermined') ELSE n."status" END, count(*)
+          FROM "new_rows" n
+          CROSS JOIN LATERAL (SELECT "account_id", "transmission_id"
+            FROM "recipient" WHERE "id" = n."recipient_id" OFFSET 0) r
+          CROSS JOIN LATERAL (SELECT "tag" FROM "transmission_tag"   WHERE "transmission_id" = r."transmission_id" OFFSET 0) g
+          GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+          ON CONFLICT ("account_id", "hour", "tag", "kind") DO UPDATE SET "count" = "activity_tag_count"."count" + EXCLUDED."count";
+          RETURN NULL;
+        END $function$;
+
+CREATE OR REPLACE FUNCTION public.activity_tag_count_sent()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+        BEGIN
+          INSERT INTO "activity_tag_count" ("account_id", "hour", "tag", "kind", "count")
+          SELECT n."account_id", n."created_at" / 3600000 * 3600000, g."tag",
+                 'Injection', count(*)
+          FROM "new_rows" n CROSS JOIN LATERAL (SELECT "tag" FROM "transmission_tag"   WHERE "transmission_id" = n."transmission_id" OFFSET 0) g
+          WHERE n."status" = 'Injection'
+          GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+          ON CONFLICT ("account_id", "hour", "tag", "kind") DO UPDATE SET "count" = "activity_tag_count"."count" + EXCLUDED."count";
+          RETURN NULL;
+        END $function$;
+
 CREATE OR REPLACE FUNCTION public.webhook_notify()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -72,6 +106,9 @@ CREATE TABLE "account" (
     "name" character varying(64) NOT NULL,
     "mode" character varying(16) NOT NULL,
     "created_at" bigint NOT NULL,
+    "retention_days" integer,
+    "content_days" integer,
+    "store_content" boolean DEFAULT true NOT NULL,
     "two_factor_required_at" bigint,
     CONSTRAINT "account_pkey" PRIMARY KEY (id)
 );
@@ -91,6 +128,19 @@ CREATE TABLE "activity_count" (
 );
 CREATE SEQUENCE "activity_count_id_seq" AS integer OWNED BY "activity_count"."id";
 CREATE UNIQUE INDEX activity_count_account_id_hour_domain_stream_kind ON public.activity_count USING btree (account_id, hour, domain, stream, kind);
+
+CREATE TABLE "activity_tag_count" (
+    "id" integer DEFAULT nextval('activity_tag_count_id_seq'::regclass) NOT NULL,
+    "account_id" integer NOT NULL,
+    "hour" bigint NOT NULL,
+    "tag" character varying(64) NOT NULL,
+    "kind" character varying(32) NOT NULL,
+    "count" bigint NOT NULL,
+    CONSTRAINT "activity_tag_count_pkey" PRIMARY KEY (id),
+    CONSTRAINT "activity_tag_count_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "activity_tag_count_id_seq" AS integer OWNED BY "activity_tag_count"."id";
+CREATE UNIQUE INDEX activity_tag_count_account_id_hour_tag_kind ON public.activity_tag_count USING btree (account_id, hour, tag, kind);
 
 CREATE TABLE "api_key" (
     "id" character varying(32) NOT NULL,
@@ -262,6 +312,7 @@ CREATE TABLE "event" (
 CREATE SEQUENCE "event_id_seq" AS integer OWNED BY "event"."id";
 CREATE INDEX event_recipient_id ON public.event USING btree (recipient_id);
 CREATE TRIGGER activity_count_event AFTER INSERT ON public.event REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_count_event();
+CREATE TRIGGER activity_tag_count_event AFTER INSERT ON public.event REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_tag_count_event();
 
 CREATE TABLE "idempotency_answer" (
     "id" integer DEFAULT nextval('idempotency_answer_id_seq'::regclass) NOT NULL,
@@ -390,6 +441,9 @@ CREATE TABLE "recipient" (
     "domain" text,
     "waiting_on" text,
     "priority" integer DEFAULT 0 NOT NULL,
+    "content" text,
+    "metadata" text,
+    "scheduled_at" bigint,
     CONSTRAINT "recipient_pkey" PRIMARY KEY (id),
     CONSTRAINT "recipient_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
     CONSTRAINT "recipient_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
@@ -399,9 +453,11 @@ CREATE INDEX recipient_account_id_status_id ON public.recipient USING btree (acc
 CREATE INDEX recipient_domain_next_attempt_at ON public.recipient USING btree (domain, next_attempt_at);
 CREATE INDEX recipient_next_attempt_at ON public.recipient USING btree (next_attempt_at);
 CREATE INDEX recipient_priority_next_attempt_at ON public.recipient USING btree (priority, next_attempt_at);
+CREATE INDEX recipient_scheduled_at ON public.recipient USING btree (scheduled_at);
 CREATE INDEX recipient_transmission_id ON public.recipient USING btree (transmission_id);
 CREATE INDEX recipient_waiting_on ON public.recipient USING btree (waiting_on);
 CREATE TRIGGER activity_count_sent AFTER INSERT ON public.recipient REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_count_sent();
+CREATE TRIGGER activity_tag_count_sent AFTER INSERT ON public.recipient REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_tag_count_sent();
 
 CREATE TABLE "schema_version" (
     "version" integer NOT NULL,
@@ -546,6 +602,21 @@ CREATE SEQUENCE "tls_session_result_id_seq" AS integer OWNED BY "tls_session_res
 CREATE INDEX tls_session_result_day_policy_domain ON public.tls_session_result USING btree (day, policy_domain);
 CREATE UNIQUE INDEX tls_session_result_row_key ON public.tls_session_result USING btree (row_key);
 
+CREATE TABLE "tracking_domain" (
+    "id" integer DEFAULT nextval('tracking_domain_id_seq'::regclass) NOT NULL,
+    "account_id" integer NOT NULL,
+    "domain" character varying(253) NOT NULL,
+    "status" character varying(16) NOT NULL,
+    "created_at" bigint NOT NULL,
+    "checked_at" bigint,
+    "found" text,
+    CONSTRAINT "tracking_domain_pkey" PRIMARY KEY (id),
+    CONSTRAINT "tracking_domain_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "tracking_domain_id_seq" AS integer OWNED BY "tracking_domain"."id";
+CREATE UNIQUE INDEX tracking_domain_account_id_domain ON public.tracking_domain USING btree (account_id, domain);
+CREATE INDEX tracking_domain_domain_status ON public.tracking_domain USING btree (domain, status);
+
 CREATE TABLE "transmission" (
     "id" character varying(26) NOT NULL,
     "account_id" integer NOT NULL,
@@ -561,10 +632,26 @@ CREATE TABLE "transmission" (
     "stream" character varying(16) DEFAULT 'transactional'::character varying NOT NULL,
     "from_domain" character varying(253) DEFAULT ''::character varying NOT NULL,
     "tls_requirement" character varying(16),
+    "content_expired_at" bigint,
+    "personalized" integer DEFAULT 0 NOT NULL,
+    "tags" text,
+    "scheduled_at" bigint,
     CONSTRAINT "transmission_pkey" PRIMARY KEY (id),
     CONSTRAINT "transmission_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
 CREATE INDEX transmission_account_id ON public.transmission USING btree (account_id);
+CREATE INDEX transmission_content_kept ON public.transmission USING btree (account_id, id) WHERE (content_expired_at IS NULL);
+
+CREATE TABLE "transmission_tag" (
+    "transmission_id" character varying(26) NOT NULL,
+    "account_id" integer NOT NULL,
+    "tag" character varying(64) NOT NULL,
+    CONSTRAINT "transmission_tag_pkey" PRIMARY KEY (transmission_id, tag),
+    CONSTRAINT "transmission_tag_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
+    CONSTRAINT "transmission_tag_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
+);
+CREATE INDEX transmission_tag_account_id_tag_transmission_id ON public.transmission_tag USING btree (account_id, tag, transmission_id);
+CREATE INDEX transmission_tag_transmission_id ON public.transmission_tag USING btree (transmission_id);
 
 CREATE TABLE "user_session" (
     "id" character varying(64) NOT NULL,
@@ -678,7 +765,7 @@ CREATE TABLE "account" (
     "id" INTEGER NOT NULL PRIMARY KEY,
     "name" VARCHAR(64) NOT NULL,
     "mode" VARCHAR(16) NOT NULL,
-    "created_at" INTEGER NOT NULL, "two_factor_required_at" INTEGER);
+    "created_at" INTEGER NOT NULL, "retention_days" INTEGER, "content_days" INTEGER, "store_content" INTEGER NOT NULL DEFAULT TRUE, "two_factor_required_at" INTEGER);
 CREATE UNIQUE INDEX "account_name" ON "account" ("name");
 
 CREATE TABLE "activity_count" (
@@ -690,6 +777,16 @@ CREATE TABLE "activity_count" (
     "count" INTEGER NOT NULL, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional',
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE UNIQUE INDEX "activity_count_account_id_hour_domain_stream_kind" ON "activity_count" ("account_id", "hour", "domain", "stream", "kind");
+
+CREATE TABLE "activity_tag_count" (
+    "id" INTEGER NOT NULL PRIMARY KEY,
+    "account_id" INTEGER NOT NULL,
+    "hour" INTEGER NOT NULL,
+    "tag" VARCHAR(64) NOT NULL,
+    "kind" VARCHAR(32) NOT NULL,
+    "count" INTEGER NOT NULL,
+    FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
+CREATE UNIQUE INDEX "activity_tag_count_account_id_hour_tag_kind" ON "activity_tag_count" ("account_id", "hour", "tag", "kind");
 
 CREATE TABLE "api_key" (
     "id" VARCHAR(32) NOT NULL PRIMARY KEY,
@@ -828,6 +925,15 @@ CREATE TRIGGER "activity_count_event" AFTER INSERT ON "event" BEGIN
       WHERE r."id" = NEW."recipient_id"
       ON CONFLICT ("account_id", "hour", "domain", "stream", "kind") DO UPDATE SET "count" = "count" + 1;
 END;
+CREATE TRIGGER "activity_tag_count_event" AFTER INSERT ON "event" BEGIN
+      INSERT INTO "activity_tag_count" ("account_id", "hour", "tag", "kind", "count")
+      SELECT r."account_id", NEW."created_at" / 3600000 * 3600000, g."tag",
+             CASE WHEN NEW."status" = 'Bounce' THEN 'Bounce:' || coalesce(json_extract(CASE WHEN json_valid(NEW."detail") THEN NEW."detail" END, '$.bounceClass'), 'undetermined') ELSE NEW."status" END, 1
+      FROM "recipient" r
+      JOIN "transmission_tag" g ON g."transmission_id" = r."transmission_id"
+      WHERE r."id" = NEW."recipient_id"
+      ON CONFLICT ("account_id", "hour", "tag", "kind") DO UPDATE SET "count" = "count" + 1;
+END;
 
 CREATE TABLE "idempotency_answer" (
     "id" INTEGER NOT NULL PRIMARY KEY,
@@ -930,7 +1036,7 @@ CREATE TABLE "recipient" (
     "attempts" INTEGER NOT NULL,
     "next_attempt_at" INTEGER,
     "lease_owner" VARCHAR(64),
-    "lease_expires_at" INTEGER, "domain" TEXT, "waiting_on" TEXT, "priority" INTEGER NOT NULL DEFAULT 0,
+    "lease_expires_at" INTEGER, "domain" TEXT, "waiting_on" TEXT, "priority" INTEGER NOT NULL DEFAULT 0, "content" TEXT, "metadata" TEXT, "scheduled_at" INTEGER,
     FOREIGN KEY ("transmission_id") REFERENCES "transmission" ("id") ON DELETE CASCADE,
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "recipient_account_id_id" ON "recipient" ("account_id", "id");
@@ -938,6 +1044,7 @@ CREATE INDEX "recipient_account_id_status_id" ON "recipient" ("account_id", "sta
 CREATE INDEX "recipient_domain_next_attempt_at" ON "recipient" ("domain", "next_attempt_at");
 CREATE INDEX "recipient_next_attempt_at" ON "recipient" ("next_attempt_at");
 CREATE INDEX "recipient_priority_next_attempt_at" ON "recipient" ("priority", "next_attempt_at");
+CREATE INDEX "recipient_scheduled_at" ON "recipient" ("scheduled_at");
 CREATE INDEX "recipient_transmission_id" ON "recipient" ("transmission_id");
 CREATE INDEX "recipient_waiting_on" ON "recipient" ("waiting_on");
 CREATE TRIGGER "activity_count_sent" AFTER INSERT ON "recipient"
@@ -947,6 +1054,14 @@ CREATE TRIGGER "activity_count_sent" AFTER INSERT ON "recipient"
              CASE WHEN NEW."priority" = 1 THEN 'broadcast' ELSE 'transactional' END, 'Injection', 1
       FROM "transmission" t WHERE t."id" = NEW."transmission_id"
       ON CONFLICT ("account_id", "hour", "domain", "stream", "kind") DO UPDATE SET "count" = "count" + 1;
+END;
+CREATE TRIGGER "activity_tag_count_sent" AFTER INSERT ON "recipient"
+    WHEN NEW."status" = 'Injection' BEGIN
+      INSERT INTO "activity_tag_count" ("account_id", "hour", "tag", "kind", "count")
+      SELECT NEW."account_id", NEW."created_at" / 3600000 * 3600000, g."tag",
+             'Injection', 1
+      FROM "transmission_tag" g WHERE g."transmission_id" = NEW."transmission_id"
+      ON CONFLICT ("account_id", "hour", "tag", "kind") DO UPDATE SET "count" = "count" + 1;
 END;
 
 CREATE TABLE "schema_version" ("version" INTEGER NOT NULL PRIMARY KEY, "applied_at" INTEGER NOT NULL);
@@ -1064,6 +1179,10 @@ CREATE TABLE "tls_session_result" (
 CREATE INDEX "tls_session_result_day_policy_domain" ON "tls_session_result" ("day", "policy_domain");
 CREATE UNIQUE INDEX "tls_session_result_row_key" ON "tls_session_result" ("row_key");
 
+CREATE TABLE "tracking_domain" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain" VARCHAR(253) NOT NULL, "status" VARCHAR(16) NOT NULL, "created_at" INTEGER NOT NULL, "checked_at" INTEGER, "found" TEXT);
+CREATE UNIQUE INDEX "tracking_domain_account_id_domain" ON "tracking_domain" ("account_id", "domain");
+CREATE INDEX "tracking_domain_domain_status" ON "tracking_domain" ("domain", "status");
+
 CREATE TABLE "transmission" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,
     "account_id" INTEGER NOT NULL,
@@ -1075,9 +1194,20 @@ CREATE TABLE "transmission" (
     "message_id" VARCHAR(400) NOT NULL,
     "metadata" TEXT NOT NULL,
     "payload" TEXT,
-    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16),
+    "raw" BLOB, "stream" VARCHAR(16) NOT NULL DEFAULT 'transactional', "from_domain" VARCHAR(253) NOT NULL DEFAULT '', "tls_requirement" VARCHAR(16), "content_expired_at" INTEGER, "personalized" INTEGER NOT NULL DEFAULT 0, "tags" TEXT, "scheduled_at" INTEGER,
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "transmission_account_id" ON "transmission" ("account_id");
+CREATE INDEX "transmission_content_kept" ON "transmission" ("account_id", "id") WHERE "content_expired_at" IS NULL;
+
+CREATE TABLE "transmission_tag" (
+    "transmission_id" VARCHAR(26) NOT NULL,
+    "account_id" INTEGER NOT NULL,
+    "tag" VARCHAR(64) NOT NULL,
+    PRIMARY KEY ("transmission_id", "tag"),
+    FOREIGN KEY ("transmission_id") REFERENCES "transmission" ("id") ON DELETE CASCADE,
+    FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
+CREATE INDEX "transmission_tag_account_id_tag_transmission_id" ON "transmission_tag" ("account_id", "tag", "transmission_id");
+CREATE INDEX "transmission_tag_transmission_id" ON "transmission_tag" ("transmission_id");
 
 CREATE TABLE "user_session" (
     "id" VARCHAR(64) NOT NULL PRIMARY KEY,

@@ -24,13 +24,17 @@ DELAY = "Delay"
 DELIVERY = "Delivery"
 BOUNCE = "Bounce"
 SUPPRESSED = "Suppressed"
+SCHEDULED = "Scheduled"
+"""Waiting for its ``scheduledAt``: not in the queue yet."""
+CANCELLED = "Cancelled"
+"""A scheduled email cancelled before its time: never sent."""
 OPEN = "Open"
 CLICK = "Click"
 COMPLAINT = "Complaint"
 UNSUBSCRIBE = "Unsubscribe"
 AUTO_REPLY = "AutoReply"
 """An automatic reply (RFC 3834) to the email: no delivery state, no suppression."""
-DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED)
+DELIVERY_STATES = (INJECTION, DELAY, DELIVERY, BOUNCE, SUPPRESSED, SCHEDULED, CANCELLED)
 WARNING = "Warning"
 """Not an email's event: the circuit breaker's, about an account or domain (docs/api.md, "Streams
 and the circuit breaker")."""
@@ -41,7 +45,7 @@ TRANSACTIONAL = "transactional"
 BROADCAST = "broadcast"
 STREAMS = (TRANSACTIONAL, BROADCAST)
 STREAM_PRIORITY = {TRANSACTIONAL: 0, BROADCAST: 1}
-FINAL_STATES = (BOUNCE, SUPPRESSED)
+FINAL_STATES = (BOUNCE, SUPPRESSED, CANCELLED)
 """A record in one of these states keeps it, whatever outcome is recorded after (a bounce
 report can arrive before the worker records the delivery it follows)."""
 EVENT_KINDS = (*DELIVERY_STATES, OPEN, CLICK, COMPLAINT, UNSUBSCRIBE, AUTO_REPLY)
@@ -112,6 +116,13 @@ class Transmission(BaseModel):
     tls_requirement = peewee.CharField(max_length=16, null=True)
     # When retention removed ``payload``, ``raw`` and the payload's chunks (null: still kept).
     content_expired_at = peewee.BigIntegerField(null=True)
+    # 1 when some recipient has content of its own (``Recipient.content``). No Python default:
+    # the database's applies to rows written without it.
+    personalized = peewee.IntegerField(constraints=[peewee.SQL("DEFAULT 0")])
+    # The send's tags as a JSON list, null for none (each also a ``TransmissionTag`` row).
+    tags = peewee.TextField(null=True)
+    # When a scheduled send is (or was) due, epoch ms; null for one sent at once.
+    scheduled_at = peewee.BigIntegerField(null=True)
 
 
 Transmission.add_index(
@@ -122,6 +133,19 @@ Transmission.add_index(
         name="transmission_content_kept",
     )
 )
+
+
+class TransmissionTag(BaseModel):
+    """One tag of a transmission, as the Activity filter and the overview's triggers find it
+    (CONTRACT section 23)."""
+
+    transmission = peewee.ForeignKeyField(Transmission, on_delete="CASCADE", index=True)
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    tag = peewee.CharField(max_length=64)
+
+    class Meta:
+        primary_key = peewee.CompositeKey("transmission", "tag")
+        indexes = ((("account", "tag", "transmission"), False),)
 
 
 class Recipient(BaseModel):
@@ -150,6 +174,12 @@ class Recipient(BaseModel):
     domain = peewee.TextField(null=True)
     waiting_on = peewee.TextField(null=True)
     priority = peewee.IntegerField(default=0, constraints=[peewee.SQL("DEFAULT 0")])
+    # A ``to`` recipient's own data (CONTRACT section 23): its copy's subject and bodies as
+    # JSON (``layang.mail.outbox.PersonalContent``), its metadata merged over the message's.
+    content = peewee.TextField(null=True)
+    metadata = peewee.TextField(null=True)
+    # While ``Scheduled``: when it is due (epoch ms); cleared when released or cancelled.
+    scheduled_at = peewee.BigIntegerField(null=True, index=True)
 
     class Meta:
         indexes = (
@@ -182,7 +212,15 @@ class PayloadChunk(BaseModel):
 
 
 # The tables themselves are made by layang.migrations, whose result must match these models.
-MODELS: list[type[peewee.Model]] = [Account, ApiKey, Transmission, Recipient, Event, PayloadChunk]
+MODELS: list[type[peewee.Model]] = [
+    Account,
+    ApiKey,
+    Transmission,
+    TransmissionTag,
+    Recipient,
+    Event,
+    PayloadChunk,
+]
 
 
 UNVERIFIED = "unverified"
@@ -713,6 +751,46 @@ class ActivityCount(BaseModel):
 
 
 MODELS.append(ActivityCount)
+
+
+class TrackingDomain(BaseModel):
+    """An account's own domain for its tracked links and pixel (CONTRACT section 23):
+    ``pending`` until its CNAME to the service is found, then ``verified``. ``found`` is what
+    the last check saw."""
+
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    domain = peewee.CharField(max_length=253)
+    status = peewee.CharField(max_length=16)
+    created_at = peewee.BigIntegerField(default=now_ms)
+    checked_at = peewee.BigIntegerField(null=True)
+    found = peewee.TextField(null=True)
+
+    class Meta:
+        indexes = (
+            (("account", "domain"), True),
+            (("domain", "status"), False),
+        )
+
+
+MODELS.append(TrackingDomain)
+
+
+class ActivityTagCount(BaseModel):
+    """As :class:`ActivityCount`, per tag of the mail (one recipient with two tags counts
+    under each): the overview's figures per tag, written only by the database's triggers."""
+
+    id = peewee.AutoField()
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE", index=False)
+    hour = peewee.BigIntegerField()
+    tag = peewee.CharField(max_length=64)
+    kind = peewee.CharField(max_length=32)
+    count = peewee.BigIntegerField()
+
+    class Meta:
+        indexes = ((("account", "hour", "tag", "kind"), True),)
+
+
+MODELS.append(ActivityTagCount)
 
 
 class AuditEntry(BaseModel):

@@ -7,6 +7,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -26,10 +27,13 @@ from layang_client.payload import (
     Addresses,
     Attachment,
     Headers,
+    Recipients,
     _address,
     _addresses,
     _attachment,
     _headers,
+    _recipients,
+    _timestamp,
 )
 from layang_client.resources import (
     Activity,
@@ -37,6 +41,7 @@ from layang_client.resources import (
     Domains,
     Suppressions,
     Templates,
+    TrackingDomains,
     Transmissions,
     Webhooks,
 )
@@ -117,6 +122,7 @@ class Layang:
         self.templates = Templates(self)
         self.authorized_recipients = AuthorizedRecipients(self)
         self.domains = Domains(self)
+        self.tracking_domains = TrackingDomains(self)
         self.suppressions = Suppressions(self)
 
         self.webhooks = Webhooks(self)
@@ -143,7 +149,7 @@ class Layang:
         self,
         *,
         from_: Address,
-        to: Addresses,
+        to: Recipients,
         subject: str | None = None,
         body_text: str | None = None,
         body_html: str | None = None,
@@ -159,24 +165,32 @@ class Layang:
         click_tracking: bool | None = None,
         transactional: bool | None = None,
         idempotency_key: str | None = None,
+        tags: Iterable[str] | None = None,
+        scheduled_at: datetime | str | None = None,
     ) -> str:
         """Send a message; returns its transmission id once the service has stored it.
 
         Give ``body_text`` and/or ``body_html`` with a ``subject``, or a ``template_id``
         (with ``substitution_data``; the template's subject is used unless ``subject`` is
         given). Addresses are ``"a@x"``, ``"Name <a@x>"`` or ``{"email", "name"}``; ``to``,
-        ``cc``, ``bcc`` and ``reply_to`` take one or a list. Attachments are file paths,
+        ``cc``, ``bcc`` and ``reply_to`` take one or a list. A ``to`` mapping may carry
+        ``substitution_data`` and ``metadata`` of that recipient's own, merged over the
+        send's for its copy and its record alone. Attachments are file paths,
         ``(filename, bytes[, mime])`` tuples, ``{"filename", "content": bytes}`` or
         ``{"filename", "value": base64, "mimeType"}``. ``headers`` maps names to values.
         ``transactional=False`` marks mail people may unsubscribe from (one-click unsubscribe
-        headers are added); recipients on the suppression list are never sent to.
+        headers are added); recipients on the suppression list are never sent to. ``tags``
+        (at most 10 strings of 1 to 64 characters) label the message's records and webhook
+        events, and filter Activity (``client.activity.list(tag=)``). ``scheduled_at`` (a
+        datetime, naive ones UTC, or ISO 8601; at most 30 days ahead) holds the message until
+        then: ``client.transmissions.cancel(tid)`` or ``.reschedule(tid, when)`` before it.
 
         ``idempotency_key`` (1 to 255 printable ASCII characters) makes a repeat of this
         call within 24 hours return the first one's transmission id instead of sending again,
         say after your process restarted; without it, a key is made for this call, so its own
         retries (see :class:`Layang`) never send twice.
         """
-        body: dict[str, Any] = {"from": _address(from_), "to": _addresses(to)}
+        body: dict[str, Any] = {"from": _address(from_), "to": _recipients(to)}
         if subject is not None:
             body["subject"] = subject
         for key, value in (("cc", cc), ("bcc", bcc), ("replyTo", reply_to)):
@@ -196,6 +210,10 @@ class Layang:
             body["templateId"] = template_id
         if substitution_data is not None:
             body["substitutionData"] = dict(substitution_data)
+        if tags is not None:
+            body["tags"] = list(tags)
+        if scheduled_at is not None:
+            body["scheduledAt"] = _timestamp(scheduled_at)
         options = {
             key: value
             for key, value in (

@@ -54,6 +54,29 @@ def _addresses(value: Addresses) -> list[dict[str, str]]:
     return [_address(item) for item in value]
 
 
+Recipient: TypeAlias = Address | Mapping[str, Any]
+"""A ``to`` recipient: an :data:`Address`, or ``{"email", "name"?, "substitution_data"?,
+"metadata"?}``: that recipient's own data, merged over the send's for its copy alone."""
+Recipients: TypeAlias = Recipient | Iterable[Recipient]
+
+
+def _recipient(value: Recipient) -> dict[str, Any]:
+    result: dict[str, Any] = dict(_address(value))
+    if isinstance(value, Mapping):
+        data = value.get("substitution_data", value.get("substitutionData"))
+        if data is not None:
+            result["substitutionData"] = dict(data)
+        if value.get("metadata") is not None:
+            result["metadata"] = dict(value["metadata"])
+    return result
+
+
+def _recipients(value: Recipients) -> list[dict[str, Any]]:
+    if isinstance(value, str | Mapping):
+        return [_recipient(value)]
+    return [_recipient(item) for item in value]
+
+
 def _guess_mime(filename: str) -> str:
     return mimetypes.guess_type(filename)[0] or "application/octet-stream"
 

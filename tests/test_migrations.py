@@ -309,7 +309,12 @@ def test_the_overviews_counts_gain_the_stream_and_keep_what_was_counted(empty_da
             metadata={}, recipients=[(a, "to") for a in to], raw=b"Subject: Hi\r\n\r\nHi",
             suppressed={a: "unsubscribe" for a in suppressed}, stream=stream,
         ))  # fmt: skip
-        ids = {r.address: r.id for r in Recipient.select().where(Recipient.transmission == tid)}
+        ids = {
+            r.address: r.id
+            for r in Recipient.select(Recipient.id, Recipient.address).where(
+                Recipient.transmission == tid
+            )
+        }
         return [ids[a] for a in to]
 
     news = store(1, "broadcast", "news@Shop.test", "a@x.test", "b@x.test", "gone@x.test",

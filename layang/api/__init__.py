@@ -118,6 +118,7 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         team,
         templates,
+        tracking_domains,
         transmissions,
         webhooks,
     )
@@ -137,9 +138,11 @@ def init_api(app: flask.Flask) -> None:
                 "description": "Transactional email over HTTP: send messages (transmissions), "
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
-                "webhooks, the queue (mail waiting, by recipient domain and its site), the "
-                "account's retention, erasing a recipient's data, the team (invitations of people "
-                "to the console) and the audit log of changes. "
+                "webhooks, tracking domains (your own name for tracked links), the queue (mail "
+                "waiting, by recipient domain and its site), the account's retention, erasing a "
+                "recipient's data, the team (invitations of people to the console) and the audit "
+                "log of changes. Sends may be scheduled, batched, tagged and personalised per "
+                "recipient. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],
@@ -161,6 +164,7 @@ def init_api(app: flask.Flask) -> None:
         recipients,
         audit,
         team,
+        tracking_domains,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

@@ -20,6 +20,7 @@ from layang.api.fields import (
 )
 from layang.domain.records import EXPIRED, STORED, ActivityRecord, list_activity
 from layang.mail.bounce_class import BOUNCE_CLASSES
+from layang.mail.message import MAX_TAG_LENGTH
 from layang.models import EVENT_KINDS
 from layang.pagination import Page
 
@@ -92,6 +93,9 @@ class ActivityRecordSchema(ma.Schema):
             "enum": [STORED, EXPIRED],
         }
     )
+    tags = fields.List(
+        fields.String(), metadata={"description": "The message's tags, in the order sent."}
+    )
 
 
 class ActivityQuerySchema(CursorQuerySchema):
@@ -108,6 +112,10 @@ class ActivityQuerySchema(CursorQuerySchema):
         },
     )
     transmissionId = fields.String(validate=validate.Length(max=64))
+    tag = fields.String(
+        validate=validate.Length(min=1, max=MAX_TAG_LENGTH),
+        metadata={"description": "Only the records of messages with this tag (exact)."},
+    )
     since = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
     until = fields.AwareDateTime(default_timezone=UTC, metadata={"description": "ISO 8601."})
 
@@ -134,6 +142,7 @@ class Activity(MethodView):
             recipient=query.get("recipient"),
             recipient_contains=query.get("recipientContains", ""),
             transmission_id=query.get("transmissionId"),
+            tag=query.get("tag"),
             since=_epoch_ms(query.get("since")),
             until=_epoch_ms(query.get("until")),
             limit=query["limit"],

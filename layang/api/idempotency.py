@@ -24,7 +24,7 @@ from layang.domain.idempotency import Claim, Replay
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Views that record their answer in their own work's transaction: they get the claim.
-ANSWERED_BY_VIEW = frozenset({"transmissions.Transmissions"})
+ANSWERED_BY_VIEW = frozenset({"transmissions.Transmissions", "transmissions.TransmissionBatch"})
 
 
 def claim_or_replay() -> flask.Response | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import flask
@@ -13,6 +15,7 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint
 from layang.api.activity import ActivityRecordSchema
+from layang.api.errors import ValidationFailed, as_api_error, describe, first_error
 from layang.api.fields import (
     ISO_8601,
     CompatSchema,
@@ -24,7 +27,20 @@ from layang.api.fields import (
     strip_empty,
 )
 from layang.api.idempotency import current_claim
-from layang.domain.intake import TransmissionRequest, accept_transmission, metadata_object
+from layang.clock import now_ms
+from layang.domain import scheduled_sends
+from layang.domain.errors import LayangError
+from layang.domain.intake import (
+    MAX_BATCH,
+    MAX_SCHEDULE_DAYS,
+    RecipientData,
+    TransmissionRequest,
+    accept_transmission,
+    metadata_object,
+    prepare_batch,
+    schedule_time,
+    store_batch,
+)
 from layang.domain.records import TransmissionView, get_transmission_view
 from layang.mail.message import (
     DISPOSITIONS,
@@ -36,6 +52,8 @@ from layang.mail.message import (
     MAX_HEADERS,
     MAX_RECIPIENTS,
     MAX_SUBJECT,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     MEDIA_TYPE,
     Attachment,
     Header,
@@ -44,9 +62,11 @@ from layang.mail.message import (
     OutgoingMessage,
     check_header,
     content_id_problem,
+    distinct_tags,
     filename_problem,
     is_base64,
     is_reserved_header,
+    tag_problem,
     without_whitespace,
 )
 from layang.models import BROADCAST, STREAMS, TRANSACTIONAL
@@ -229,6 +249,34 @@ class OptionsAttributesSchema(CompatSchema):
             )
 
 
+class RecipientSchema(AddressSchema):
+    """A ``to`` entry: an address, and what is that recipient's alone."""
+
+    verbatim = frozenset({"metadata"})
+
+    substitutionData = fields.Dict(
+        keys=fields.String(),
+        metadata={
+            "description": "Values for the template's shortcodes in this recipient's copy "
+            "only, merged over the request's substitutionData (a key here wins)."
+        },
+    )
+    metadata = Metadata(
+        metadata={
+            "type": "object",
+            "description": "Merged over the request's metadata (a key here wins) on this "
+            "recipient's record and webhook events only.",
+        }
+    )
+
+    @ma.post_load
+    def make_mailbox(self, data: dict[str, Any], **kwargs: Any) -> Any:
+        mailbox = Mailbox(data["email"], data.get("name"))
+        if "substitutionData" not in data and "metadata" not in data:
+            return mailbox
+        return RecipientData(mailbox, data.get("substitutionData", {}), data.get("metadata"))
+
+
 def _addresses(description: str, **kwargs: Any) -> fields.List:
     return fields.List(
         fields.Nested(AddressSchema),
@@ -238,6 +286,16 @@ def _addresses(description: str, **kwargs: Any) -> fields.List:
 
 
 ADDRESS_LISTS = ("to", "cc", "bcc", "replyTo")
+
+
+def _epoch_ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _valid_tag(value: str) -> None:
+    problem = tag_problem(value)
+    if problem:
+        raise ma.ValidationError(problem)
 
 
 class TransmissionRequestSchema(CompatSchema):
@@ -258,7 +316,14 @@ class TransmissionRequestSchema(CompatSchema):
             "with substitutionData like the template's subject."
         },
     )
-    to = _addresses("Primary recipients, at least one.", required=True)
+    to = fields.List(
+        fields.Nested(RecipientSchema),
+        required=True,
+        metadata={
+            "description": "Primary recipients, at least one. One address may stand alone, "
+            "not in a list. An entry may carry its own substitutionData and metadata."
+        },
+    )
     replyTo = _addresses("Reply-To addresses.")
     cc = _addresses("Carbon-copy recipients.")
     bcc = _addresses("Blind-carbon-copy recipients: they get the mail, no header shows them.")
@@ -295,6 +360,25 @@ class TransmissionRequestSchema(CompatSchema):
     substitutionData = fields.Dict(
         keys=fields.String(), metadata={"description": "Values for the template's shortcodes."}
     )
+    scheduledAt = fields.AwareDateTime(
+        default_timezone=UTC,
+        metadata={
+            "description": "When to send (ISO 8601; without a zone, UTC): at most "
+            f"{MAX_SCHEDULE_DAYS} days ahead; a time past means now. Until then every record "
+            "is `Scheduled`, and the send may be cancelled or moved.",
+            "example": "2026-12-01T09:00:00Z",
+        },
+    )
+    tags = fields.List(
+        fields.String(validate=_valid_tag),
+        validate=validate.Length(max=MAX_TAGS, error=f"At most {MAX_TAGS} tags."),
+        metadata={
+            "description": f"At most {MAX_TAGS} labels of 1 to {MAX_TAG_LENGTH} characters, "
+            "each kept once: on every record and webhook event of the message, an Activity "
+            "filter (`tag=`) and the Overview's figures per tag.",
+            "example": ["welcome", "onboarding"],
+        },
+    )
 
     @ma.pre_load
     def one_address(self, data: Any, **kwargs: Any) -> Any:
@@ -321,6 +405,17 @@ class TransmissionRequestSchema(CompatSchema):
             raise ma.ValidationError("Give bodyText and/or bodyHtml, or a templateId.", "bodyText")
         if "substitutionData" in data and "templateId" not in data:
             raise ma.ValidationError("substitutionData needs a templateId.", "substitutionData")
+        if "templateId" not in data:
+            for index, entry in enumerate(data["to"]):
+                if isinstance(entry, RecipientData) and entry.substitution_data:
+                    raise ma.ValidationError(
+                        {
+                            str(index): {
+                                "substitutionData": ["substitutionData needs a templateId."]
+                            }
+                        },
+                        "to",
+                    )
         if "subject" not in data and "templateId" not in data:
             raise ma.ValidationError("Missing data for required field.", "subject")
         count = sum(len(data.get(kind, ())) for kind in ("to", "cc", "bcc"))
@@ -333,10 +428,11 @@ class TransmissionRequestSchema(CompatSchema):
     @ma.post_load
     def make_request(self, data: dict[str, Any], **kwargs: Any) -> TransmissionRequest:
         options = data.get("optionsAttributes", {})
+        personal = tuple(entry for entry in data["to"] if isinstance(entry, RecipientData))
         message = OutgoingMessage(
             sender=data["from_"],
             subject=data.get("subject", ""),
-            to=tuple(data["to"]),
+            to=tuple(e.mailbox if isinstance(e, RecipientData) else e for e in data["to"]),
             cc=tuple(data.get("cc", ())),
             bcc=tuple(data.get("bcc", ())),
             reply_to=tuple(data.get("replyTo", ())),
@@ -357,6 +453,9 @@ class TransmissionRequestSchema(CompatSchema):
             template_id=data.get("templateId"),
             substitution_data=data.get("substitutionData", {}),
             metadata=data.get("metadata", {}),
+            recipient_data=personal,
+            tags=distinct_tags(data.get("tags", ())),
+            scheduled_at=_epoch_ms(data.get("scheduledAt")),
         )
 
 
@@ -384,11 +483,38 @@ class TransmissionSchema(ma.Schema):
     recipients = fields.List(
         fields.Nested(ActivityRecordSchema), metadata={"description": "In the order given."}
     )
+    scheduled_at = Timestamp(
+        data_key="scheduledAt",
+        metadata={
+            **ISO_8601,
+            "description": "When a scheduled send is (or was) due; absent for one sent at once.",
+        },
+    )
+
+    @ma.post_dump
+    def _scheduled_only(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if data.get("scheduledAt") is None:
+            data.pop("scheduledAt", None)
+        return data
+
+
+class TransmissionChangeSchema(CompatSchema):
+    scheduledAt = fields.AwareDateTime(
+        required=True,
+        default_timezone=UTC,
+        metadata={
+            "description": f"The new time (ISO 8601): at most {MAX_SCHEDULE_DAYS} days ahead; "
+            "a time past means now."
+        },
+    )
+
+
+TRANSMISSION_SCHEMA = TransmissionRequestSchema()  # one instance: building it is costly
 
 
 @blp.route("/transmissions")
 class Transmissions(MethodView):
-    @blp.arguments(TransmissionRequestSchema())  # one instance: building it per request is costly
+    @blp.arguments(TRANSMISSION_SCHEMA)
     @blp.response(200, TransmissionAcceptedSchema)
     @blp.alt_response(401, schema=ErrorSchema, description="Missing, unknown or revoked key.")
     @blp.alt_response(404, schema=ErrorSchema, description="Unknown templateId.")
@@ -407,10 +533,111 @@ class Transmissions(MethodView):
         return current_app.response_class(accepted.answer(), mimetype="application/json")
 
 
+class BatchRequestSchema(ma.Schema):
+    messages = fields.List(
+        fields.Raw(metadata={"type": "object"}),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_BATCH, error=f"Give 1 to {MAX_BATCH} messages."),
+        metadata={
+            "description": f"1 to {MAX_BATCH} sends, each the body of `POST /transmissions`."
+        },
+    )
+
+
+class BatchResultSchema(ma.Schema):
+    transmissionId = fields.String(metadata={"description": "The message was stored."})
+    suppressed = fields.List(fields.String())
+    error = fields.String(metadata={"description": "Refused: the error code."})
+    message = fields.String()
+    status = fields.Integer(metadata={"description": "The status a send alone would get."})
+    errors = fields.Dict()
+
+
+class BatchAnswerSchema(ma.Schema):
+    results = fields.List(
+        fields.Nested(BatchResultSchema),
+        metadata={
+            "description": 'One per message, in order: `{"transmissionId"}` (and '
+            "`suppressed`) or the error body a send alone would have got."
+        },
+    )
+
+
+def _refusal(error: Exception) -> dict[str, Any]:
+    if isinstance(error, ma.ValidationError):
+        messages = error.messages
+        if isinstance(messages, list):
+            messages = {"_schema": messages}
+        return ValidationFailed(first_error(messages), messages).body()
+    if isinstance(error, LayangError):
+        return describe(error).body()
+    return as_api_error(error).body()  # a template store error
+
+
+@blp.route("/transmissions/batch")
+class TransmissionBatch(MethodView):
+    @blp.arguments(BatchRequestSchema())
+    @blp.response(200, BatchAnswerSchema)
+    @blp.alt_response(401, schema=ErrorSchema, description="Missing, unknown or revoked key.")
+    @blp.alt_response(413, schema=ErrorSchema, description="Request too large.")
+    def post(self, batch: dict[str, Any]) -> flask.Response:
+        """Send up to 500 messages
+
+        Each message is checked and answered alone, in order: one refused does not refuse the
+        others. Those accepted are stored together in one transaction, with the answer to the
+        batch's Idempotency-Key.
+        """
+        config = current_app.config["LAYANG"]
+        requests: list[TransmissionRequest | Exception] = []
+        for item in batch["messages"]:
+            try:
+                requests.append(TRANSMISSION_SCHEMA.load(item))
+            except ma.ValidationError as error:
+                requests.append(error)
+        prepared = prepare_batch(g.account, requests, config)
+        results = [
+            json.loads(item[0].answer()) if isinstance(item, tuple) else _refusal(item)
+            for item in prepared
+        ]
+        body = json.dumps({"results": results}, separators=(",", ":"))
+        claim = current_claim()
+        answer = claim.answer_rows(200, body) if claim else ()
+        store_batch(g.account, [item[1] for item in prepared if isinstance(item, tuple)], answer)
+        return current_app.response_class(body, mimetype="application/json")
+
+
 @blp.route("/transmissions/<transmission_id>")
 class TransmissionById(MethodView):
     @blp.response(200, TransmissionSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
     def get(self, transmission_id: str) -> TransmissionView:
         """Look up a sent message and every recipient's record"""
+        return get_transmission_view(g.account, transmission_id)
+
+    @blp.arguments(TransmissionChangeSchema())
+    @blp.response(200, TransmissionSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
+    @blp.alt_response(409, schema=ErrorSchema, description="Sending started, or cancelled.")
+    def patch(self, change: dict[str, Any], transmission_id: str) -> TransmissionView:
+        """Move a scheduled send
+
+        Only while every recipient is still `Scheduled`; answers the transmission.
+        """
+        when = schedule_time(_epoch_ms(change["scheduledAt"])) or now_ms()
+        scheduled_sends.move(g.account, transmission_id, when)
+        return get_transmission_view(g.account, transmission_id)
+
+
+@blp.route("/transmissions/<transmission_id>/cancel")
+class TransmissionCancel(MethodView):
+    @blp.response(200, TransmissionSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such transmission here.")
+    @blp.alt_response(409, schema=ErrorSchema, description="Sending started already.")
+    def post(self, transmission_id: str) -> TransmissionView:
+        """Cancel a scheduled send
+
+        Every recipient still `Scheduled` becomes `Cancelled` and is never sent; answers the
+        transmission. Once any recipient was released to be sent: 409.
+        """
+        scheduled_sends.cancel(g.account, transmission_id)
         return get_transmission_view(g.account, transmission_id)

@@ -17,7 +17,7 @@ from layang.mail.compose import compose_message
 from layang.mail.dkim import DkimSigner
 from layang.mail.message import OutgoingMessage
 from layang.mail.return_path import ReturnPaths
-from layang.mail.tracking import Tracker
+from layang.mail.tracking import Tracker, link_domains
 from layang.mail.unsubscribe import HEADER_NAMES as UNSUBSCRIBE_HEADERS
 from layang.mail.unsubscribe import UnsubscribeTokens
 
@@ -41,12 +41,18 @@ class CopyBuilder:
         )
         self.signer = DkimSigner(config.secret_key)
         self.return_paths = ReturnPaths(config.secret_key, config.bounce_domain)
+        self.trackers: dict[int, Tracker] = {}
 
     def load(self, account_ids: Iterable[int]) -> None:
-        """Read which keys sign and which return-path domains apply for ``account_ids``."""
+        """Read which keys sign, which return-path domains and which tracking domains apply
+        for ``account_ids``."""
         ids = set(account_ids)
         self.signer.load(ids)
         self.return_paths.load(ids)
+        self.trackers = {
+            account_id: replace(self.tracker, public_url=f"https://{domain}")
+            for account_id, domain in link_domains(ids).items()
+        }
 
     @staticmethod
     def is_personal(message: OutgoingMessage | None) -> bool:
@@ -65,7 +71,7 @@ class CopyBuilder:
             assert transmission.raw is not None
             return transmission.raw
         if recipient_id is not None:
-            message = self.personal_message(message, recipient_id)
+            message = self.personal_message(message, recipient_id, transmission.account_id)
         return compose_message(message, transmission.message_id)
 
     def copy(self, transmission: QueuedTransmission, body: bytes, recipient_id: str) -> Copy:
@@ -79,12 +85,16 @@ class CopyBuilder:
         data = self.signer.sign(body, account_id, from_domain, prefix=header)
         return Copy(self.return_paths.address(token, account_id, from_domain), data)
 
-    def personal_message(self, message: OutgoingMessage, recipient_id: str) -> OutgoingMessage:
-        """The copy of ``message`` for one recipient: its tracking URLs, and for mail that is
-        not transactional its one-click unsubscribe headers (in place of any the sender gave:
-        a message has one List-Unsubscribe)."""
+    def personal_message(
+        self, message: OutgoingMessage, recipient_id: str, account_id: int = 0
+    ) -> OutgoingMessage:
+        """The copy of ``message`` for one recipient: its tracking URLs (on the account's
+        verified tracking domain, if it has one), and for mail that is not transactional its
+        one-click unsubscribe headers (in place of any the sender gave: a message has one
+        List-Unsubscribe)."""
         if message.tracked:
-            html = self.tracker.track_html(
+            tracker = self.trackers.get(account_id, self.tracker)
+            html = tracker.track_html(
                 message.html,
                 recipient_id,
                 opens=message.open_tracking,

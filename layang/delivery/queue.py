@@ -87,6 +87,8 @@ class QueuedTransmission:
     stream: str = "transactional"
     stored_from_domain: str = ""
     """The From domain as intake stored it ('' in rows stored before it was kept)."""
+    personalized: bool = False
+    """Whether some recipients have content of their own (see :func:`personal_contents`)."""
 
     @property
     def is_transactional(self) -> bool:
@@ -145,7 +147,7 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
     marks = ", ".join([database.obj.param] * len(ids))
     cursor = database.execute_sql(
         'SELECT "id", "mail_from", "message_id", "payload", "raw", "account_id", "from_header", '
-        '"tls_requirement", "stream", "from_domain" '
+        '"tls_requirement", "stream", "from_domain", "personalized" '
         f'FROM "transmission" WHERE "id" IN ({marks})',
         list(ids),
     )
@@ -158,10 +160,25 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
             row[2],
             chunked.get(row[0]) if row[3] is None else row[3],
             None if row[4] is None else bytes(row[4]),
-            *row[5:],
+            *row[5:9],
+            bool(row[9]),
         )
         for row in rows
     }
+
+
+def personal_contents(recipient_ids: Sequence[str]) -> dict[str, str]:
+    """The stored content of those of ``recipient_ids`` that have their own (JSON, see
+    ``layang.mail.outbox.PersonalContent``), by recipient id."""
+    if not recipient_ids:
+        return {}
+    marks = ", ".join([database.obj.param] * len(recipient_ids))
+    cursor = database.execute_sql(
+        f'SELECT "id", "content" FROM "recipient" WHERE "id" IN ({marks}) '
+        'AND "content" IS NOT NULL',
+        list(recipient_ids),
+    )
+    return dict(cursor.fetchall())
 
 
 def _chunked_payloads(ids: Sequence[str]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Waking an idle worker when mail is queued: every enqueue sends ``NOTIFY layang_mail`` on
 PostgreSQL (see :mod:`layang.queueing.wakeup`), and the worker also wakes when the next retry
-falls due."""
+falls due or scheduled mail's time comes (``layang.mail.schedule``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from layang.queueing.wakeup import Wakeup
 
 
 def next_due_ms() -> int | None:
-    """When the next queued email falls due (epoch ms), or None if none is queued."""
+    """When the next queued email falls due or the next scheduled one is to be released
+    (epoch ms), or None if none is queued or scheduled. Each minimum is read from its index."""
     row = database.execute_sql(
-        'SELECT MIN("next_attempt_at") FROM "recipient" WHERE "next_attempt_at" IS NOT NULL'
+        'SELECT (SELECT MIN("next_attempt_at") FROM "recipient" '
+        'WHERE "next_attempt_at" IS NOT NULL), '
+        '(SELECT MIN("scheduled_at") FROM "recipient" WHERE "scheduled_at" IS NOT NULL)'
     ).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    times = [int(value) for value in row or () if value is not None]
+    return min(times) if times else None
 
 
 def mail_wakeup(config: Config) -> Wakeup:

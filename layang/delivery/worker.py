@@ -41,6 +41,7 @@ from layang.delivery.queue import (
     claim_due_recipients,
     claim_due_recipients_besides,
     load_transmissions,
+    personal_contents,
     record_attempts,
     record_suppressed,
     record_waiting,
@@ -51,6 +52,8 @@ from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
+from layang.mail.outbox import PersonalContent
+from layang.mail.schedule import release_due
 from layang.mail.suppression import applies, suppressed_recipients
 from layang.metrics import recorded_outcomes, relay_latency
 from layang.queueing.bridge import LoopSignal
@@ -220,6 +223,9 @@ class Worker:
                 if released:
                     log.info("released %d emails of a broken-off round", released)
         size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
+        if not besides:
+            # Scheduled mail due by now joins the queue first (a read of an index when none).
+            release_due()
         if besides:
             claimed = claim_due_recipients_besides(
                 self.owner, besides, size, self.config.lease_seconds
@@ -293,6 +299,14 @@ class Worker:
             except Exception as error:
                 self.unbuildable(transmission, recipients, error)
                 return []
+        if transmission.personalized and message is not None:
+            contents = personal_contents([r.id for r in recipients])
+            jobs = []
+            for recipient in recipients:
+                own = contents.get(recipient.id)
+                mine = message if own is None else PersonalContent.apply(message, own)
+                jobs.extend(self.attempt(transmission, [recipient], mine, personal=True))
+            return jobs
         if self.builder.is_personal(message):
             jobs = []
             for recipient in recipients:

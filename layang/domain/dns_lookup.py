@@ -68,6 +68,15 @@ class DnsLookup:
         )
         return Answer(values, problem)
 
+    def cname(self, name: str) -> Answer:
+        """The canonical name ``name`` is an alias of, lower-cased, without the final dot."""
+        records, problem = self._resolve(name, "CNAME")
+        values = tuple(
+            record.target.to_text(omit_final_dot=True).lower()  # type: ignore[attr-defined]
+            for record in records
+        )
+        return Answer(values, problem)
+
     def ptr(self, address: str) -> Answer:
         """The names the reverse zone gives ``address`` (an IP address)."""
         name = dns.reversename.from_address(address).to_text()

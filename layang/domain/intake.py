@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import peewee
 
 import templates_store
+from layang.clock import now_ms
 from layang.config import Config
-from layang.db import new_id
+from layang.db import Batch, new_id
 from layang.domain.breaker import check_sending
 from layang.domain.errors import (
     AmbiguousAuthor,
     IdempotencyInFlight,
     InvalidInput,
+    LayangError,
     MessageTooLarge,
     TemplateNotFound,
 )
@@ -34,10 +36,26 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
-from layang.mail.message import RECIPIENT_KINDS, OutgoingMessage, domain_of, tls_requirement
-from layang.mail.outbox import Submission, enqueue, queue_message
+from layang.mail.message import (
+    MAX_TAGS,
+    RECIPIENT_KINDS,
+    Mailbox,
+    OutgoingMessage,
+    distinct_tags,
+    domain_of,
+    tag_problem,
+    tls_requirement,
+)
+from layang.mail.outbox import (
+    PersonalContent,
+    PersonalCopy,
+    Submission,
+    enqueue,
+    enqueue_many,
+    message_submission,
+)
 from layang.mail.submitted import PreparedMessage
-from layang.mail.suppression import suppressed_addresses
+from layang.mail.suppression import applies, listed_reasons, suppressed_addresses
 from layang.models import STREAMS, TRANSACTIONAL, Account
 
 log = logging.getLogger("layang.outbox")
@@ -45,6 +63,8 @@ log = logging.getLogger("layang.outbox")
 MAX_METADATA_BYTES = 10 * 1024
 """Metadata is kept with every activity record and webhook event: at most this much, as
 compact UTF-8 JSON."""
+MAX_SCHEDULE_DAYS = 30
+"""How far ahead a send may be scheduled (CONTRACT section 23)."""
 MAX_METADATA_DEPTH = 32
 """Levels of nesting metadata may have, the object itself being the first."""
 
@@ -88,17 +108,37 @@ def metadata_object(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class RecipientData:
+    """A ``to`` recipient's own data: ``substitution_data`` merged over the request's for its
+    copy, ``metadata`` (None: none given) merged over the request's on its record."""
+
+    mailbox: Mailbox
+    substitution_data: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TransmissionRequest:
     """A send as a client asked for it: the message (a draft, when a template fills in its
-    subject and bodies), the template and its data, and metadata kept with every record."""
+    subject and bodies), the template and its data, metadata kept with every record, and the
+    ``to`` recipients' own data (``recipient_data``, in the order given)."""
 
     message: OutgoingMessage
     template_id: str | None = None
     substitution_data: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    recipient_data: tuple[RecipientData, ...] = ()
+    tags: tuple[str, ...] = ()
+    scheduled_at: int | None = None
+    """When to send, epoch ms (None: now)."""
 
 
-def _render_template(account: Account, request: TransmissionRequest) -> OutgoingMessage:
+def _render_template(
+    account: Account,
+    request: TransmissionRequest,
+    data: Mapping[str, Any] | None = None,
+    field_path: str = "",
+) -> OutgoingMessage:
     """The message with subject and bodies from the template's current version, rendered now:
     the message is fixed at acceptance, whatever happens to the template before it is relayed.
 
@@ -111,26 +151,71 @@ def _render_template(account: Account, request: TransmissionRequest) -> Outgoing
         _, compiled = templates_store.compiled_version(account.id, template_id)
     except templates_store.TemplateNotFound:
         raise TemplateNotFound(template_id) from None
-    data = dict(request.substitution_data)
+    data = dict(request.substitution_data if data is None else data)
     rendered = compiled.render(data)
     text = rendered.body_text or request.message.text
     html = rendered.body_html or request.message.html
     if text is None and html is None:
         raise InvalidInput("template_id", f"Template {template_id!r} renders no body.")
+    subject_field = f"{field_path}substitutionData" if field_path else "subject"
     if request.message.subject:
         try:
             subject = templates_store.render_subject(request.message.subject, data).strip()
         except templates_store.TemplateSyntaxError as error:
             raise InvalidInput("subject", f"Not a valid template: {error.detail}.") from None
         except templates_store.RenderError as error:
-            raise InvalidInput("subject", f"Could not render: {error.detail}.") from None
+            raise InvalidInput(subject_field, f"Could not render: {error.detail}.") from None
         if not subject:
-            raise InvalidInput("subject", "Renders as nothing with this substitutionData.")
+            raise InvalidInput(subject_field, "Renders as nothing with this substitutionData.")
     else:
         if not rendered.subject or not rendered.subject.strip():
-            raise InvalidInput("subject", "Missing, and the template has no subject.")
+            raise InvalidInput(subject_field, "Missing, and the template has no subject.")
         subject = rendered.subject.strip()
     return replace(request.message, subject=subject, text=text, html=html)
+
+
+def _personal_copies(
+    account: Account, request: TransmissionRequest, config: Config
+) -> dict[str, PersonalCopy]:
+    """What differs for each ``to`` recipient who brought data of its own, by lower-cased
+    address (the first entry of an address listed twice): its copy's subject and bodies
+    rendered with the merged substitution data, its merged metadata. Raises ``InvalidInput``
+    naming ``to.<index>.substitutionData`` or ``to.<index>.metadata``, and
+    ``MessageTooLarge`` for a copy over ``LAYANG_MAX_MESSAGE_BYTES``."""
+    copies: dict[str, PersonalCopy] = {}
+    for index, entry in enumerate(request.recipient_data):
+        key = entry.mailbox.email.lower()
+        if key in copies:
+            continue
+        content = None
+        if entry.substitution_data and request.template_id is not None:
+            data = {**request.substitution_data, **entry.substitution_data}
+            rendered = _render_template(account, request, data, f"to.{index}.")
+            if rendered.content_size() > config.max_message_bytes:
+                raise MessageTooLarge(config.max_message_bytes)
+            content = PersonalContent(rendered.subject, rendered.text, rendered.html)
+        metadata = None
+        if entry.metadata is not None:
+            try:
+                metadata = metadata_object({**request.metadata, **entry.metadata})
+            except ValueError as error:
+                raise InvalidInput(f"to.{index}.metadata", str(error)) from None
+        copies[key] = PersonalCopy(content, metadata)
+    return copies
+
+
+def schedule_time(scheduled_at: int | None, now: int | None = None) -> int | None:
+    """The time a send is held until (epoch ms), or None to send now: a time not in the future
+    means now. Raises ``InvalidInput`` naming ``scheduledAt`` beyond
+    :data:`MAX_SCHEDULE_DAYS` days ahead."""
+    if scheduled_at is None:
+        return None
+    now = now_ms() if now is None else now
+    if scheduled_at <= now:
+        return None
+    if scheduled_at > now + MAX_SCHEDULE_DAYS * 86_400_000:
+        raise InvalidInput("scheduledAt", f"At most {MAX_SCHEDULE_DAYS} days ahead.")
+    return scheduled_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +252,19 @@ class SubmittedMessage:
     recipients: tuple[str, ...]
     prepared: PreparedMessage
     require_tls: bool = False  # the REQUIRETLS MAIL parameter
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The ``X-Layang-Tag`` headers' values, each once. Raises ``InvalidInput`` for a value
+        that is no tag and for more than ``MAX_TAGS``."""
+        tags = distinct_tags(self.prepared.tags)
+        for tag in tags:
+            problem = tag_problem(tag)
+            if problem:
+                raise InvalidInput("X-Layang-Tag", f"{tag[:40]!r}: {problem}")
+        if len(tags) > MAX_TAGS:
+            raise InvalidInput("X-Layang-Tag", f"At most {MAX_TAGS} tags ({len(tags)} given).")
+        return tags
 
     @property
     def stream(self) -> str:
@@ -217,19 +315,41 @@ def accept_transmission(
             raise AmbiguousAuthor(request.prepared.authorship_problem)
         sender = request.prepared.from_address["email"]
         size = len(request.prepared.raw)
-        recipients = {"to": list(request.recipients)}
         stream = request.stream
-    else:
-        message = request.message
-        if request.template_id is not None:
-            message = _render_template(account, request)
-        sender, size = message.sender.email, message.content_size()
-        recipients = {
-            kind: [mailbox.email for mailbox in getattr(message, kind)]
-            for kind in RECIPIENT_KINDS
-            if getattr(message, kind)
-        }
-        stream = message.stream
+        request.tags  # noqa: B018 - refused here, before any other rule, like the stream
+        _check(account, sender, size, {"to": list(request.recipients)}, stream, config)
+        return _enqueue_submitted(account, request, claim)
+    accepted, submission = prepare_transmission(account, request, config)
+    answer = claim.answer_rows(200, accepted.answer()) if claim else ()
+    try:
+        enqueue(account, submission, answer)
+    except peewee.IntegrityError:
+        if claim is None:
+            raise
+        # Only the answer's unique key can clash: a holder of the same key got there first.
+        raise IdempotencyInFlight() from None
+    _log_accepted(account, submission)
+    return accepted
+
+
+def _log_accepted(account: Account, submission: Submission) -> None:
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        submission.transmission_id,
+        account.name,
+        len(submission.recipients),
+        submission.source,
+    )
+
+
+def _check(
+    account: Account,
+    sender: str,
+    size: int,
+    recipients: dict[str, list[str]],
+    stream: str,
+    config: Config,
+) -> None:
     if size > config.max_message_bytes:
         raise MessageTooLarge(config.max_message_bytes)
     # The header From is what recipients see and what DKIM and DMARC align with.
@@ -238,27 +358,103 @@ def accept_transmission(
     check_recipients(account, recipients)
     check_sending(account, domain_of(sender).rstrip(".").lower(), stream, config)
     take(account, config.rate_limit)
-    if isinstance(request, SubmittedMessage):
-        return _enqueue_submitted(account, request, claim)
+
+
+def prepare_transmission(
+    account: Account,
+    request: TransmissionRequest,
+    config: Config,
+    listed: Mapping[str, str] | None = None,
+) -> tuple[Accepted, Submission]:
+    """Apply every rule of ``accept_transmission`` to ``request`` (counting it against the
+    rate limit) and return its answer and what to store, stored by nobody yet. Raises what
+    ``accept_transmission`` raises, and ``InvalidInput`` naming ``scheduledAt`` beyond
+    ``MAX_SCHEDULE_DAYS``. ``listed`` is what ``listed_reasons`` found for (at least) its
+    recipients, looked up here when None."""
+    scheduled_at = schedule_time(request.scheduled_at)
+    message = request.message
+    if request.template_id is not None:
+        message = _render_template(account, request)
+    personal = _personal_copies(account, request, config) if request.recipient_data else {}
+    recipients = {
+        kind: [mailbox.email for mailbox in getattr(message, kind)]
+        for kind in RECIPIENT_KINDS
+        if getattr(message, kind)
+    }
+    _check(account, message.sender.email, message.content_size(), recipients, message.stream,
+           config)  # fmt: skip
     addresses = [address for address, _ in message.envelope_recipients()]
-    suppressed = suppressed_addresses(account.id, addresses, transactional=message.is_transactional)
+    transactional = message.is_transactional
+    if listed is None:
+        suppressed = suppressed_addresses(account.id, addresses, transactional=transactional)
+    else:
+        keys = (address.lower() for address in addresses)
+        suppressed = {
+            k: listed[k] for k in keys if k in listed and applies(listed[k], transactional)
+        }
     accepted = Accepted(new_id(), tuple(a for a in addresses if a.lower() in suppressed))
-    answer = claim.answer_rows(200, accepted.answer()) if claim else ()
+    submission = message_submission(
+        account,
+        message,
+        request.metadata,
+        transmission_id=accepted.transmission_id,
+        suppressed=suppressed,
+        personal=personal,
+        tags=request.tags,
+        scheduled_at=scheduled_at,
+    )
+    return accepted, submission
+
+
+MAX_BATCH = 500
+"""Messages one batch request may carry (CONTRACT section 23)."""
+
+
+def prepare_batch(
+    account: Account,
+    requests: Sequence[TransmissionRequest | Exception],
+    config: Config,
+) -> list[tuple[Accepted, Submission] | Exception]:
+    """Each of ``requests`` prepared alone, in order (see ``prepare_transmission``): its answer
+    and submission, or the domain or template error that refused it. An item that is an
+    exception already (refused by the way in) stays as it is."""
+    # One look-up of the suppression list for every recipient of the batch.
+    listed = listed_reasons(
+        account.id,
+        (
+            mailbox.email
+            for request in requests
+            if isinstance(request, TransmissionRequest)
+            for kind in RECIPIENT_KINDS
+            for mailbox in getattr(request.message, kind)
+        ),
+    )
+    prepared: list[tuple[Accepted, Submission] | Exception] = []
+    for request in requests:
+        if isinstance(request, Exception):
+            prepared.append(request)
+            continue
+        try:
+            prepared.append(prepare_transmission(account, request, config, listed))
+        except (LayangError, templates_store.TemplateStoreError) as error:
+            prepared.append(error)
+    return prepared
+
+
+def store_batch(
+    account: Account, submissions: Sequence[Submission], also: Sequence[Batch] = ()
+) -> None:
+    """Store every one of ``submissions`` with the rows of ``also`` (the batch's idempotency
+    answer) in one durable transaction. Raises ``IdempotencyInFlight`` when ``also`` is given
+    and another request with the key committed first."""
     try:
-        queue_message(
-            account,
-            message,
-            request.metadata,
-            transmission_id=accepted.transmission_id,
-            also=answer,
-            suppressed=suppressed,
-        )
+        enqueue_many(account, submissions, also)
     except peewee.IntegrityError:
-        if claim is None:
+        if not also:
             raise
-        # Only the answer's unique key can clash: a holder of the same key got there first.
         raise IdempotencyInFlight() from None
-    return accepted
+    for submission in submissions:
+        _log_accepted(account, submission)
 
 
 def _enqueue_submitted(
@@ -288,6 +484,7 @@ def _enqueue_submitted(
         suppressed=suppressed,
         tls_requirement=tls_requirement(submitted.require_tls, prepared.tls_required),
         stream=submitted.stream,
+        tags=submitted.tags,
     )
     try:
         enqueue(account, submission, answer)

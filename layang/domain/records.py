@@ -11,6 +11,7 @@ from typing import Any
 import peewee
 from peewee import fn
 
+from layang.clock import iso_ms
 from layang.db import is_postgresql
 from layang.domain.errors import NotFound
 from layang.mail.message import Mailbox
@@ -19,11 +20,13 @@ from layang.models import (
     DELAY,
     DELIVERY_STATES,
     INJECTION,
+    SCHEDULED,
     TRANSACTIONAL,
     Account,
     Event,
     Recipient,
     Transmission,
+    TransmissionTag,
 )
 from layang.pagination import Page, keyset_page
 
@@ -65,6 +68,7 @@ class ActivityRecord:
     events_omitted: int = 0
     stream: str = TRANSACTIONAL
     content: str = STORED
+    tags: tuple[str, ...] = ()
 
     @property
     def failure(self) -> ActivityEvent | None:
@@ -85,6 +89,7 @@ class TransmissionView:
     sender: Mailbox
     subject: str
     recipients: tuple[ActivityRecord, ...]
+    scheduled_at: int | None = None
 
 
 FAILURE_STATES = (DELAY, BOUNCE)
@@ -100,6 +105,7 @@ class ActivitySearch:
     recipient_contains: str = ""
     subject_contains: str = ""
     metadata: tuple[str, str] | None = None
+    tag: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +188,12 @@ def _record(
 ) -> ActivityRecord:
     # Injection is the record's creation, so it is not stored as an event row of its own:
     # one INSERT less on the intake path of every message.
-    injection = ActivityEvent(INJECTION, recipient.created_at, {"source": transmission.source})
+    if transmission.scheduled_at is None:
+        injection = ActivityEvent(INJECTION, recipient.created_at, {"source": transmission.source})
+    else:
+        # Its Injection is an event of its own, stored when the time came.
+        detail = {"source": transmission.source, "scheduledAt": iso_ms(transmission.scheduled_at)}
+        injection = ActivityEvent(SCHEDULED, recipient.created_at, detail)
     return ActivityRecord(
         id=recipient.id,
         transmission_id=transmission.id,
@@ -194,11 +205,14 @@ def _record(
         status=recipient.status,
         created_at=recipient.created_at,
         updated_at=recipient.updated_at,
-        metadata=json.loads(transmission.metadata),
+        metadata=json.loads(
+            transmission.metadata if recipient.metadata is None else recipient.metadata
+        ),
         events=(injection, *timeline.events),
         events_omitted=timeline.stored - len(timeline.events),
         stream=transmission.stream,
         content=STORED if transmission.content_expired_at is None else EXPIRED,
+        tags=tuple(json.loads(transmission.tags)) if transmission.tags else (),
     )
 
 
@@ -238,11 +252,17 @@ def _activity_query(
             query = query.where(Transmission.subject.contains(search.subject_contains))
         if search.metadata is not None:
             query = query.where(_metadata_equals(*search.metadata))
+        if search.tag:
+            tagged = TransmissionTag.select(TransmissionTag.transmission).where(
+                (TransmissionTag.account == account.id) & (TransmissionTag.tag == search.tag)
+            )
+            query = query.where(Recipient.transmission.in_(tagged))
     return query
 
 
 def _metadata_equals(key: str, value: str) -> peewee.Node:
-    """The stored metadata (a JSON object in a text column) has ``key`` with ``value`` as text.
+    """The record's metadata (a JSON object in a text column: the recipient's own, else the
+    transmission's) has ``key`` with ``value`` as text.
     Evaluated by the database: ``->>`` on PostgreSQL, ``json_each`` on SQLite (which spells
     booleans 1 and 0, so they are turned back into JSON's words)."""
     param = Transmission._meta.database.param
@@ -250,14 +270,14 @@ def _metadata_equals(key: str, value: str) -> peewee.Node:
         return peewee.NodeList(
             (
                 peewee.SQL("(CAST("),
-                Transmission.metadata,
+                fn.COALESCE(Recipient.metadata, Transmission.metadata),
                 peewee.SQL(f"AS jsonb) ->> {param}) = {param}", [key, value]),
             )
         )
     return peewee.NodeList(
         (
             peewee.SQL("EXISTS (SELECT 1 FROM json_each("),
-            Transmission.metadata,
+            fn.COALESCE(Recipient.metadata, Transmission.metadata),
             peewee.SQL(
                 f") AS kv WHERE kv.key = {param} AND CASE kv.type WHEN 'true' THEN 'true' "
                 "WHEN 'false' THEN 'false' ELSE CAST(kv.value AS TEXT) END = "
@@ -279,14 +299,18 @@ def list_activity(
     limit: int = 50,
     cursor: str | None = None,
     recipient_contains: str = "",
+    tag: str | None = None,
 ) -> Page[ActivityRecord]:
     """One page of the account's records, newest first.
 
     ``status`` is a delivery state (the record's current one) or ``Open``/``Click`` (records
     with such an event); ``recipient`` is an exact address (any case), ``recipient_contains``
-    part of one; ``since``/``until`` bound the creation time (epoch ms, inclusive).
+    part of one; ``tag`` one of the message's tags (exact); ``since``/``until`` bound the
+    creation time (epoch ms, inclusive).
     """
-    search = ActivitySearch(recipient_contains=recipient_contains) if recipient_contains else None
+    search = None
+    if recipient_contains or tag:
+        search = ActivitySearch(recipient_contains=recipient_contains, tag=tag or "")
     query = _activity_query(account, status, recipient, transmission_id, since, until, search)
     page = keyset_page(query, Recipient.id, limit=limit, cursor=cursor)
     events = _events_by_recipient(r.id for r in page.items)
@@ -344,6 +368,7 @@ def get_transmission_view(account: Account, transmission_id: str) -> Transmissio
         sender=_sender(transmission),
         subject=transmission.subject,
         recipients=tuple(_record(r, transmission, events[r.id]) for r in recipients),
+        scheduled_at=transmission.scheduled_at,
     )
 
 

@@ -78,6 +78,25 @@ class InvalidHeader(ValueError):
     """A custom header that cannot be sent; the text says why."""
 
 
+MAX_TAGS = 10  # tags of one send (CONTRACT section 23)
+MAX_TAG_LENGTH = 64
+
+
+def tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot be a send's tag (one sentence), or None: a tag has 1 to
+    :data:`MAX_TAG_LENGTH` characters, none of them a control character."""
+    if not 1 <= len(tag) <= MAX_TAG_LENGTH:
+        return f"A tag has 1 to {MAX_TAG_LENGTH} characters ({len(tag)} given)."
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in tag):
+        return "A tag may not hold control characters."
+    return None
+
+
+def distinct_tags(tags: Iterable[str]) -> tuple[str, ...]:
+    """``tags`` in the order given, each once."""
+    return tuple(dict.fromkeys(tags))
+
+
 def normalize_address(value: str) -> str:
     """``local@domain`` with the domain lower-cased and IDNA-encoded.
 

@@ -26,6 +26,7 @@ from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail
 from layang.models import (
     INJECTION,
+    SCHEDULED,
     STREAM_PRIORITY,
     SUPPRESSED,
     TRANSACTIONAL,
@@ -33,6 +34,7 @@ from layang.models import (
     PayloadChunk,
     Recipient,
     Transmission,
+    TransmissionTag,
 )
 
 QUEUED_CHANNEL = "layang_mail"
@@ -70,6 +72,10 @@ RECIPIENT_FIELDS = (
     "domain",
     "priority",
 )
+PERSONAL_FIELDS = ("content", "metadata")
+TAG_FIELDS = ("transmission", "account", "tag")
+"""Recipient columns written only for a send whose recipients have data of their own: the
+common send's rows stay as small as before."""
 
 
 PAYLOAD_CHUNK_CHARS = 256 * 1024
@@ -151,6 +157,42 @@ def _joined(pieces: Iterable[str], size: int) -> Iterator[str]:
         yield "".join(held)
 
 
+@dataclass(frozen=True, slots=True)
+class PersonalContent:
+    """One recipient's subject and bodies, rendered for it alone (the rest of its copy is the
+    message's)."""
+
+    subject: str
+    text: str | None
+    html: str | None
+
+    def to_json(self) -> str:
+        """The stored form: ``{"subject", "text"?, "html"?}``."""
+        stored: dict[str, Any] = {"subject": self.subject}
+        if self.text is not None:
+            stored["text"] = self.text
+        if self.html is not None:
+            stored["html"] = self.html
+        return json.dumps(stored, separators=(",", ":"))
+
+    @staticmethod
+    def apply(message: OutgoingMessage, stored: str) -> OutgoingMessage:
+        """``message`` with the subject and bodies of ``stored`` (``to_json``'s text)."""
+        content = json.loads(stored)
+        return replace(
+            message, subject=content["subject"], text=content.get("text"), html=content.get("html")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalCopy:
+    """What is one recipient's own: its content (None: the message's) and its metadata, merged
+    over the message's (None: the message's)."""
+
+    content: PersonalContent | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
 @dataclass(frozen=True)
 class Submission:
     """A message accepted by one of the ways in, ready to be stored: either ``message`` (built
@@ -173,6 +215,13 @@ class Submission:
     suppressed: Mapping[str, str] = field(default_factory=dict)
     tls_requirement: str | None = None  # see ``layang.mail.message.tls_requirement``
     stream: str = TRANSACTIONAL
+    personal: Mapping[str, PersonalCopy] = field(default_factory=dict)
+    """What is some ``to`` recipients' own, by lower-cased address."""
+    tags: tuple[str, ...] = ()
+    """The send's tags, each once (see ``layang.mail.message.tag_problem``)."""
+    scheduled_at: int | None = None
+    """When the send is due (epoch ms): its recipients wait ``Scheduled`` until then, out of
+    the queue (``layang.mail.schedule``). None: queued now."""
 
     @property
     def from_domain(self) -> str:
@@ -195,8 +244,63 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     """Store ``submission`` and queue one email per recipient, in one durable transaction,
     with the rows of ``also`` (an idempotency key's answer): all or nothing. A suppressed
     recipient's record is stored ``Suppressed``, with its event, and never queued; the
-    others' Injection events go to webhooks."""
+    others' Injection events go to webhooks. A recipient of ``submission.personal`` keeps its
+    own content and metadata on its row."""
+    batches, injected = _submission_batches(account, submission)
+    insert_atomically([*batches, *also])
+    if injected and is_postgresql():
+        # Wakes idle workers at once (they LISTEN; see layang.delivery.wakeup).
+        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+
+
+MAX_PARAMETERS = 30_000
+"""Values one merged INSERT may carry (SQLite allows 32,766 by default)."""
+
+_RANK = {Transmission: 0, TransmissionTag: 1, PayloadChunk: 2, Recipient: 3}
+
+
+def enqueue_many(
+    account: Account, submissions: Sequence[Submission], also: Sequence[Batch] = ()
+) -> None:
+    """Store every one of ``submissions`` as ``enqueue`` does, all in one durable transaction
+    with the rows of ``also``: each table's rows go in as few INSERT statements as the
+    database's parameter limit allows (a batch of sends costs a few statements, not a few per
+    message)."""
+    ranked: list[tuple[int, int, Batch]] = []
+    injected = False
+    for submission in submissions:
+        batches, some = _submission_batches(account, submission)
+        injected = injected or bool(some)
+        for batch in batches:
+            model = batch[0] if isinstance(batch, tuple) else getattr(batch, "model", None)
+            ranked.append((_RANK.get(model, 4), len(ranked), batch))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    merged: list[Batch] = []
+    for _, _, batch in ranked:
+        last = merged[-1] if merged else None
+        if (
+            isinstance(batch, tuple)
+            and isinstance(last, tuple)
+            and last[0] is batch[0]
+            and last[1] == batch[1]
+            and (len(last[2]) + len(batch[2])) * len(batch[1]) <= MAX_PARAMETERS
+        ):
+            merged[-1] = (last[0], last[1], [*last[2], *batch[2]])
+        else:
+            merged.append(batch)
+    insert_atomically([*merged, *also])
+    if injected and is_postgresql():
+        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+
+
+def _submission_batches(account: Account, submission: Submission) -> tuple[list[Batch], list[str]]:
+    """The inserts that store ``submission`` (see ``enqueue``), and the recipients injected."""
     created = submission.created_at
+    scheduled = submission.scheduled_at
+    # A scheduled recipient is not due (no next attempt) and not yet injected.
+    waiting = (SCHEDULED, None) if scheduled is not None else (INJECTION, created)
+    personal = submission.personal
+    personalized = any(copy.content is not None for copy in personal.values())
     recipient_ids = [new_id() for _ in submission.recipients]
     stored = None if submission.message is None else StoredPayload(submission.message)
     transmission_row = (
@@ -222,31 +326,53 @@ def enqueue(account: Account, submission: Submission, also: Sequence[Batch] = ()
     for rid, (address, kind) in zip(recipient_ids, submission.recipients, strict=True):
         reason = submission.suppressed.get(address.lower())
         domain = recipient_domain(address)
+        own = personal.get(address.lower()) if personal else None
+        extra: tuple[str | None, ...] = (None, None) if personal else ()
+        if own is not None:
+            extra = (
+                None if own.content is None else own.content.to_json(),
+                None if own.metadata is None else json.dumps(own.metadata),
+            )
+        if scheduled is not None:
+            extra += (scheduled if reason is None else None,)
         if reason is None:
-            row = (rid, submission.transmission_id, account.id, address, kind, INJECTION)
-            recipient_rows.append((*row, created, created, 0, created, domain, priority))
+            row = (rid, submission.transmission_id, account.id, address, kind, waiting[0])
+            recipient_rows.append((*row, created, created, 0, waiting[1], domain, priority, *extra))
             injected.append(rid)
         else:
             row = (rid, submission.transmission_id, account.id, address, kind, SUPPRESSED)
-            recipient_rows.append((*row, created, created, 0, None, domain, priority))
+            recipient_rows.append((*row, created, created, 0, None, domain, priority, *extra))
             suppressed_events.append((rid, SUPPRESSED, created, suppressed_event_detail(reason)))
     chunks = []
     if stored is not None and stored.inline is None:
         rows = functools.partial(stored.chunk_rows, submission.transmission_id)
         chunks.append(RowStream(PayloadChunk, PAYLOAD_CHUNK_FIELDS, rows))
-    insert_atomically(
-        [
-            (Transmission, TRANSMISSION_FIELDS, [transmission_row]),
-            *chunks,
-            (Recipient, RECIPIENT_FIELDS, recipient_rows),
-            *event_batches(suppressed_events),
-            *injection_batches(account.id, injected, created),
-            *also,
-        ]
-    )
-    if injected and is_postgresql():
-        # Wakes idle workers at once (they LISTEN; see layang.delivery.wakeup).
-        database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
+    transmission_fields, recipient_fields = TRANSMISSION_FIELDS, RECIPIENT_FIELDS
+    if personal:
+        transmission_fields += ("personalized",)
+        transmission_row += (int(personalized),)
+        recipient_fields += PERSONAL_FIELDS
+    if scheduled is not None:
+        transmission_fields += ("scheduled_at",)
+        transmission_row += (scheduled,)
+        recipient_fields += ("scheduled_at",)
+        injected = []  # injected when released (``layang.mail.schedule``)
+    tags = []
+    if submission.tags:
+        transmission_fields += ("tags",)
+        transmission_row += (json.dumps(list(submission.tags)),)
+        # Before the recipients: the overview's triggers count their Injection per tag.
+        rows = [(submission.transmission_id, account.id, tag) for tag in submission.tags]
+        tags.append((TransmissionTag, TAG_FIELDS, rows))
+    batches: list[Batch] = [
+        (Transmission, transmission_fields, [transmission_row]),
+        *tags,
+        *chunks,
+        (Recipient, recipient_fields, recipient_rows),
+        *event_batches(suppressed_events),
+        *injection_batches(account.id, injected, created),
+    ]
+    return batches, injected
 
 
 def queue_message(
@@ -258,12 +384,52 @@ def queue_message(
     transmission_id: str | None = None,
     also: Sequence[Batch] = (),
     suppressed: Mapping[str, str] | None = None,
+    personal: Mapping[str, PersonalCopy] | None = None,
+    tags: tuple[str, ...] = (),
+    scheduled_at: int | None = None,
 ) -> str:
     """Queue ``message`` (addresses normalised, rules checked) for each of its recipients,
     under ``transmission_id`` (default: a new one) and with the rows of ``also`` (see
     ``enqueue``); returns the transmission id once it is durably stored. The message is dated
     now. ``suppressed`` is what ``suppressed_addresses`` found for it, looked up here when
-    None."""
+    None; ``personal`` what is some ``to`` recipients' own (see ``Submission.personal``);
+    ``tags`` the send's tags; ``scheduled_at`` when it is due (None: now)."""
+    submission = message_submission(
+        account,
+        message,
+        metadata,
+        source,
+        transmission_id=transmission_id,
+        suppressed=suppressed,
+        personal=personal,
+        tags=tags,
+        scheduled_at=scheduled_at,
+    )
+    enqueue(account, submission, also)
+    log.info(
+        "accepted tid=%s account=%s recipients=%d source=%s",
+        submission.transmission_id,
+        account.name,
+        len(submission.recipients),
+        source,
+    )
+    return submission.transmission_id
+
+
+def message_submission(
+    account: Account,
+    message: OutgoingMessage,
+    metadata: Mapping[str, Any],
+    source: str = "api",
+    *,
+    transmission_id: str | None = None,
+    suppressed: Mapping[str, str] | None = None,
+    personal: Mapping[str, PersonalCopy] | None = None,
+    tags: tuple[str, ...] = (),
+    scheduled_at: int | None = None,
+) -> Submission:
+    """``message`` as a :class:`Submission` ready to store (see ``queue_message``), dated
+    now."""
     transmission_id = transmission_id or new_id()
     recipients = message.envelope_recipients()
     if suppressed is None:
@@ -289,13 +455,8 @@ def queue_message(
         suppressed=suppressed,
         tls_requirement=message.tls_requirement,
         stream=message.stream,
+        personal=personal or {},
+        tags=tags,
+        scheduled_at=scheduled_at,
     )
-    enqueue(account, submission, also)
-    log.info(
-        "accepted tid=%s account=%s recipients=%d source=%s",
-        transmission_id,
-        account.name,
-        len(submission.recipients),
-        source,
-    )
-    return transmission_id
+    return submission

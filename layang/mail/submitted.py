@@ -28,6 +28,8 @@ class PreparedMessage:
     tls_required: str | None = None  # the TLS-Required header's value (RFC 8689)
     stream: str | None = None
     """The ``X-Layang-Stream`` header as given (removed from the message), unchecked."""
+    tags: tuple[str, ...] = ()
+    """The ``X-Layang-Tag`` headers' values, in order (removed from the message), unchecked."""
     authorship_problem: str | None = None
     """Why the headers do not name one author (two From fields, two addresses in one, a
     group), or None when they do."""
@@ -69,13 +71,15 @@ def prepare_submission(
     """The message as it will be relayed: the fields no recipient may see removed (``Bcc`` and
     ``Resent-Bcc``, RFC 5322 §3.6.3 and §3.6.6; a client's ``Return-Path``, which only the
     final delivery writes, RFC 5321 §4.4; ``Idempotency-Key`` and every ``X-Layang-*`` control
-    field, the values of ``Idempotency-Key`` and ``X-Layang-Stream`` kept aside; the worker
+    field, the values of ``Idempotency-Key``, ``X-Layang-Stream`` and ``X-Layang-Tag`` kept
+    aside; the worker
     writes its own ``X-Layang-Id``, naming the email a complaint is about), Message-ID and Date
     added when missing; plus what Activity shows of it."""
     lines, rest = _split(data)
     all_fields = _fields(lines)
     keys = [f for f in all_fields if _name(f) == "idempotency-key"]
     streams = [f for f in all_fields if _name(f) == "x-layang-stream"]
+    tags = [_tag_value(f) for f in all_fields if _name(f) == "x-layang-tag"]
     fields = [f for f in all_fields if not _never_relayed(_name(f))]
     present = {_name(f) for f in fields}
     headers = BytesHeaderParser(policy=policy.default).parsebytes(
@@ -109,6 +113,7 @@ def prepare_submission(
         idempotency_key=_unfolded_value(keys[0]) if keys else None,
         tls_required=str(headers["TLS-Required"]) if "tls-required" in present else None,
         stream=_unfolded_value(streams[0]) if streams else None,
+        tags=tuple(tags),
         authorship_problem=_authorship_problem(from_fields, sender),
     )
 
@@ -138,6 +143,12 @@ def _authorship_problem(from_fields: int, sender: object) -> str | None:
 def _unfolded_value(field: list[bytes]) -> str:
     value = b"".join(field).split(b":", 1)[1].strip()
     return value.decode("ascii", "replace")
+
+
+def _tag_value(field: list[bytes]) -> str:
+    # Folded lines joined as one; a tag may be UTF-8 (SMTPUTF8, RFC 6532).
+    value = b"".join(line.strip(b"\r\n") for line in field).split(b":", 1)[1].strip()
+    return value.decode("utf-8", "replace")
 
 
 # RFC 5322's recommended line length, past which an added field is folded.

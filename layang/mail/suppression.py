@@ -103,6 +103,24 @@ def suppressed_addresses(
     return {key: reason for key, reason in cursor.fetchall() if applies(reason, transactional)}
 
 
+def listed_reasons(account_id: int, addresses: Iterable[str], chunk: int = 5000) -> dict[str, str]:
+    """Lower-cased address → reason, for those of ``addresses`` on the account's list, whatever
+    the reason (the caller applies ``applies``): a query per ``chunk`` addresses, for many
+    messages' recipients at once."""
+    keys = sorted({address.lower() for address in addresses})
+    found: dict[str, str] = {}
+    param = database.obj.param
+    for start in range(0, len(keys), chunk):
+        part = keys[start : start + chunk]
+        cursor = database.execute_sql(
+            f'SELECT "email_key", "reason" FROM "suppression" WHERE "account_id" = {param} '  # noqa: S608
+            f'AND "email_key" IN ({", ".join([param] * len(part))})',
+            [account_id, *part],
+        )
+        found.update(cursor.fetchall())
+    return found
+
+
 def suppressed_recipients(recipient_ids: Sequence[str]) -> dict[str, str]:
     """Recipient id → reason, for those of ``recipient_ids`` whose address is on their
     account's list now, whatever the reason: the caller applies ``applies`` with what it knows

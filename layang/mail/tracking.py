@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from layang.clock import now_ms
 from layang.mail.html_links import Link, rewrite_links
+from layang.models import TrackingDomain
 
 OPEN_PATH = "/t/o/"
 CLICK_PATH = "/t/c/"
@@ -108,6 +110,21 @@ class Tracker:
             else:
                 body += pixel
         return body
+
+
+def link_domains(account_ids: Iterable[int]) -> dict[int, str]:
+    """For each of ``account_ids`` with a verified tracking domain (CONTRACT section 23), the
+    one its tracked links and pixel use: the first verified, by name."""
+    rows = (
+        TrackingDomain.select(TrackingDomain.account, TrackingDomain.domain)
+        .where(
+            TrackingDomain.account.in_(sorted(set(account_ids)))
+            & (TrackingDomain.status == "verified")
+        )
+        .order_by(TrackingDomain.domain.desc())
+        .tuples()
+    )
+    return dict(rows)
 
 
 def _pixel(url: str) -> str:

@@ -51,6 +51,8 @@ HEADER = f"""\
 --   activity_count_event (trigger on "event")  counts each event stored in "activity_count"
 --       under its kind (a bounce under its class, "Bounce:hard"), per account, hour, sending
 --       domain and stream: the activity counts by stream the overview charts (18, 21, 22).
+--   activity_tag_count_sent, activity_tag_count_event (on "recipient", "event")  the same per
+--       tag of the mail, in "activity_tag_count", joining "transmission_tag" (migration 32).
 --   webhook_event_notify, webhook_delivery_notify (PostgreSQL only)  wake idle webhook
 --       dispatchers (NOTIFY layang_webhooks) when webhook work is stored (migration 20).
 -- The circuit breaker's counters ("breaker_count") are not kept by a trigger: layang/mail/

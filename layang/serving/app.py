@@ -7,7 +7,7 @@ import logging
 import flask
 
 from layang.api import init_api
-from layang.api.errors import RETRY_AFTER_SECONDS, ServiceUnavailable, error_response
+from layang.api.errors import RETRY_AFTER_SECONDS, ApiError, ServiceUnavailable, error_response
 from layang.config import Config
 from layang.db import (
     UNAVAILABLE_ERRORS,
@@ -18,6 +18,7 @@ from layang.db import (
     open_database,
     write_health,
 )
+from layang.domain import tracking_domains
 from layang.logs import configure_logging
 from layang.metrics import render_app_metrics
 from layang.migrations import upgrade, upgrade_once
@@ -71,6 +72,16 @@ def register_operations(app: flask.Flask) -> None:
                 {"Retry-After": RETRY_AFTER_SECONDS},
             )
         return {"status": "ok"}, 200
+
+    @app.get("/internal/tls-allowed")
+    def tls_allowed() -> tuple[dict[str, str], int] | flask.Response:
+        # Caddy's on-demand TLS "ask" (docs/deploy.md): 200 lets it get a certificate for the
+        # name, anything else refuses. Only a verified tracking domain is allowed.
+        domain = flask.request.args.get("domain", "")[:253]
+        if domain and tracking_domains.tls_allowed(domain):
+            return {"domain": domain.strip().rstrip(".").lower()}, 200
+        refusal = f"{domain[:80]!r} is no verified tracking domain."
+        return error_response(ApiError(refusal, status=404, code="not_found"))
 
     @app.get("/metrics")
     def metrics() -> flask.Response:

@@ -15,9 +15,11 @@ from layang.web import (
     console_overview,
     console_people,
     console_queue,
+    console_scheduled,
     console_security,
     console_suppressions,
     console_team,
+    console_tracking_domains,
     console_webhooks,
     error_pages,
     tracked_links,
@@ -39,6 +41,8 @@ console_people.register(web)
 console_team.register(web)
 console_overview.register(web)
 console_suppressions.register(web)
+console_scheduled.register(web)
+console_tracking_domains.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
 console_security.register(web)

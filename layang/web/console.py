@@ -39,6 +39,7 @@ from layang.domain.errors import (
 from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
+    MAX_TAG_LENGTH,
     has_line_break,
     nested_too_deep,
     normalize_address,
@@ -266,6 +267,7 @@ def activity_page(account: Account) -> Any:
         "recipient": args.get("recipient", "").strip(),
         "subject": args.get("subject", "").strip(),
         "metadata": args.get("metadata", "").strip(),
+        "tag": args.get("tag", "").strip()[:MAX_TAG_LENGTH],
         "transmission": args.get("transmission", "").strip(),
         "since": args.get("since", ""),
         "until": args.get("until", ""),
@@ -281,6 +283,7 @@ def activity_page(account: Account) -> Any:
             recipient_contains=filters["recipient"],
             subject_contains=filters["subject"],
             metadata=_metadata_filter(filters["metadata"]),
+            tag=filters["tag"],
         ),
         limit=size,
         older_than=args.get("older") or None,

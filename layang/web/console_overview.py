@@ -44,6 +44,7 @@ def overview_page(account: Account) -> Any:
         bounce_chart=charts.stacked_bars(activity.bounces, f"Bounces by class{of}")
         + charts.stacked_bars(activity.bounces, f"Bounces by class{of}", charts.NARROW),
         domains=activity.domains,
+        tags=overview.tag_figures(account, period),
         waiting=overview.waiting_by_destination(account, stream=stream),
         notices=overview.needs_attention(account, current_app.config["LAYANG"]),
         gauge=charts.rate_gauge,

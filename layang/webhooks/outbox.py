@@ -71,8 +71,8 @@ ORDER BY e."id" LIMIT ?
 
 _EVENTS_SQL = """
 SELECT e."id", e."event_id", e."status", e."created_at", e."detail", r."transmission_id",
-    r."address", r."recipient_type", t."message_id", t."from_header", t."subject", t."metadata",
-    t."stream"
+    r."address", r."recipient_type", t."message_id", t."from_header", t."subject",
+    coalesce(r."metadata", t."metadata"), t."stream", t."tags"
 FROM "webhook_event" e
 LEFT JOIN "recipient" r ON r."id" = e."recipient_id"
 LEFT JOIN "transmission" t ON t."id" = r."transmission_id"
@@ -162,6 +162,7 @@ def _event_json(row: Sequence[Any]) -> dict[str, Any]:
         subject,
         metadata,
         stream,
+        tags,
     ) = row
     detail_value = json.loads(detail) if detail else {}
     event: dict[str, Any] = {
@@ -175,6 +176,7 @@ def _event_json(row: Sequence[Any]) -> dict[str, Any]:
         "from": json.loads(from_header) if from_header else None,
         "subject": subject,
         "metadata": json.loads(metadata) if metadata else {},
+        "tags": json.loads(tags) if tags else [],
         "detail": detail_value,
     }
     if isinstance(detail_value, dict) and "bounceClass" in detail_value:

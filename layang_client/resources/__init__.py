@@ -5,6 +5,7 @@ from layang_client.resources.authorized_recipients import AuthorizedRecipients
 from layang_client.resources.domains import Domains
 from layang_client.resources.suppressions import Suppressions
 from layang_client.resources.templates import Templates
+from layang_client.resources.tracking_domains import TrackingDomains
 from layang_client.resources.transmissions import Transmissions
 from layang_client.resources.webhooks import Webhooks
 
@@ -14,6 +15,7 @@ __all__ = [
     "Domains",
     "Suppressions",
     "Templates",
+    "TrackingDomains",
     "Transmissions",
     "Webhooks",
 ]

@@ -24,11 +24,13 @@ class Activity(_Resource):
         until: datetime | str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         recipient_contains: str | None = None,
+        tag: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Iterate over the matching records, newest first, fetching pages as needed.
 
         ``recipient`` is a whole address, ``recipient_contains`` part of one (as the console's
-        search); ``status`` is one of Injection, Delay, Delivery, Bounce, Open, Click;
+        search); ``tag`` one of the messages' tags (exact); ``status`` is one of Injection,
+        Delay, Delivery, Bounce, Open, Click;
         ``since``/``until`` are datetimes (naive ones are UTC) or ISO 8601 strings.
         """
         params = {
@@ -36,6 +38,7 @@ class Activity(_Resource):
             "recipient": recipient,
             "recipientContains": recipient_contains,
             "transmissionId": transmission_id,
+            "tag": tag,
             "since": None if since is None else _timestamp(since),
             "until": None if until is None else _timestamp(until),
         }

@@ -6,8 +6,9 @@ import base64
 import itertools
 
 import httpx
+import pytest
 
-from layang.client import Layang
+from layang.client import Layang, ValidationError
 from tests.client.conftest import delivered_to
 from tests.conftest import drain
 
@@ -166,3 +167,42 @@ def test_activity_follows_cursors_lazily(live_server, api_key):
             == sent[4]
         )
         assert list(sdk.activity.list(since="2999-01-01T00:00:00Z")) == []
+
+
+def test_tags_label_records_and_filter_activity(sdk):
+    tagged = sdk.send(
+        from_="shop@shop.example",
+        to="ana@rcpt.example",
+        subject="Welcome",
+        body_text="Hi",
+        tags=("welcome", "spring"),
+    )
+    sdk.send(from_="shop@shop.example", to="budi@rcpt.example", subject="Hi", body_text="Hi")
+    (record,) = sdk.activity.list(tag="welcome")
+    assert record["transmissionId"] == tagged and record["tags"] == ["welcome", "spring"]
+    assert list(sdk.activity.list(tag="nothing")) == []
+    with pytest.raises(ValidationError) as refused:
+        sdk.send(from_="shop@shop.example", to="a@rcpt.example", subject="x", body_text="x",
+                 tags=["x" * 65])  # fmt: skip
+    assert "tags" in refused.value.errors
+
+
+def test_scheduled_send_cancelled_and_rescheduled(sdk, upstream, relay_to):
+    from datetime import UTC, datetime, timedelta
+
+    from layang.client import ConflictError
+
+    later = datetime.now(UTC) + timedelta(hours=2)
+    kept = sdk.send(from_="shop@shop.example", to="ana@rcpt.example", subject="Later",
+                    body_text="Hi", scheduled_at=later)  # fmt: skip
+    dropped = sdk.send(from_="shop@shop.example", to="budi@rcpt.example", subject="Never",
+                       body_text="Hi", scheduled_at=later.isoformat())  # fmt: skip
+    assert sdk.transmissions.get(kept)["scheduledAt"].endswith("Z")
+    cancelled = sdk.transmissions.cancel(dropped)
+    assert [r["status"] for r in cancelled["recipients"]] == ["Cancelled"]
+    moved = sdk.transmissions.reschedule(kept, datetime.now(UTC) - timedelta(seconds=1))
+    assert moved["transmissionId"] == kept
+    drain(relay_to(upstream))
+    assert [r.rcpt_tos for r in upstream.received] == [["ana@rcpt.example"]]
+    with pytest.raises(ConflictError):
+        sdk.transmissions.cancel(kept)

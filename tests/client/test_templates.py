@@ -102,3 +102,24 @@ def test_template_errors(sdk):
         sdk.templates.preview("nope", {})
     with pytest.raises(NotFoundError):
         sdk.templates.update("nope", name="x")
+
+
+def test_send_with_each_recipients_own_data(sdk, upstream, relay_to):
+    create(sdk)
+    tid = sdk.send(
+        from_="shop@shop.example",
+        to=[
+            {"email": "ana@rcpt.example", "substitution_data": {"name": "Ana"}},
+            {"email": "budi@rcpt.example", "name": "Budi", "metadata": {"user": 2}},
+        ],
+        template_id="shipped",
+        substitution_data={"name": "friend", "order": "A-42"},
+        metadata={"user": 0},
+    )
+    drain(relay_to(upstream))
+    ana = delivered_to(upstream, "ana@rcpt.example").get_body(("plain",)).get_content()
+    budi = delivered_to(upstream, "budi@rcpt.example").get_body(("plain",)).get_content()
+    assert ana.strip() == "Hello Ana, order A-42 shipped."
+    assert budi.strip() == "Hello friend, order A-42 shipped."
+    records = {r["recipient"]: r["metadata"] for r in sdk.transmissions.get(tid)["recipients"]}
+    assert records == {"ana@rcpt.example": {"user": 0}, "budi@rcpt.example": {"user": 2}}

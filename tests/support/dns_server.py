@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from dnslib import AAAA, MX, PTR, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
+from dnslib import AAAA, CNAME, MX, PTR, QTYPE, RCODE, RR, TLSA, TXT, A, DNSError, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
@@ -50,6 +50,9 @@ class Zone(BaseResolver):
         self.records.setdefault((_name(name), "AAAA"), []).extend(AAAA(a) for a in addresses)
         if ttl is not None:
             self.ttls[(_name(name), "AAAA")] = ttl
+
+    def add_cname(self, name: str, target: str) -> None:
+        self.records.setdefault((_name(name), "CNAME"), []).append(CNAME(target))
 
     def add_null_mx(self, name: str) -> None:
         """``0 .``: the domain accepts no mail (RFC 7505)."""
@@ -92,6 +95,8 @@ class Zone(BaseResolver):
             elif record["type"] == "MX":
                 preference, host = record["value"].split()
                 self.add_mx(record["name"], int(preference), host)
+            elif record["type"] == "CNAME":
+                self.add_cname(record["name"], record["value"])
             else:
                 raise AssertionError(f"cannot publish {record['type']}")
 
