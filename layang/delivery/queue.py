@@ -160,8 +160,8 @@ def load_transmissions(ids: Sequence[str]) -> dict[str, QueuedTransmission]:
             row[2],
             chunked.get(row[0]) if row[3] is None else row[3],
             None if row[4] is None else bytes(row[4]),
-            *row[5:9],
-            bool(row[9]),
+            *row[5:10],
+            bool(row[10]),
         )
         for row in rows
     }
