@@ -83,6 +83,11 @@ DOCUMENTED = {
     "source_addresses": (),
     "worker_connections": 200,
     "ehlo_name": "",
+    "inbound_hostname": "",
+    "inbound_inline_mb": 10,
+    "inbound_retention_days": 30,
+    "inbound_max_mb": 40,
+    "spamd": "",
 }
 
 
@@ -170,6 +175,11 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_WORKER_CONNECTIONS": "50",
         "LAYANG_EHLO_NAME": "mail.example.com",
         "LAYANG_DKIM_ED25519": "true",
+        "LAYANG_INBOUND_HOSTNAME": "mx.inbound.example.com",
+        "LAYANG_INBOUND_INLINE_MB": "5",
+        "LAYANG_INBOUND_RETENTION_DAYS": "14",
+        "LAYANG_INBOUND_MAX_MB": "30",
+        "LAYANG_SPAMD": "127.0.0.1:783",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

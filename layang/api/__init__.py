@@ -111,6 +111,7 @@ def init_api(app: flask.Flask) -> None:
         activity,
         authorized_recipients,
         domains,
+        inbound,
         queue,
         suppressions,
         templates,
@@ -151,6 +152,7 @@ def init_api(app: flask.Flask) -> None:
         suppressions,
         webhooks,
         queue,
+        inbound,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

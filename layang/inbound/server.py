@@ -23,11 +23,13 @@ from layang.db import UNAVAILABLE_ERRORS, database
 from layang.domain.dmarc import reporting_domain, store_reports
 from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
+from layang.domain.inbound_routing import RouteTarget, route_for
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
 from layang.inbound.dmarc_reports import NotAReport
 from layang.inbound.parsing import ReportReader
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
+from layang.models import INBOUND_REJECT
 from layang.smtp_server.capped import CappedSMTP, ListeningController
 from layang.smtp_server.limits import ConnectionLimits
 
@@ -62,6 +64,17 @@ class InboundHandler:
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
+            target = await asyncio.to_thread(self._route, address)
+            if target is False:
+                return f"550 5.1.1 <{address}>: no such recipient here"
+            if isinstance(target, RouteTarget):
+                if target.action == INBOUND_REJECT:
+                    return f"550 5.7.1 <{address}>: the recipient refuses this mail"
+                routed: dict[str, list[RouteTarget]] = envelope.__dict__.setdefault("routed", {})
+                if address.lower() not in {a.lower() for a in envelope.rcpt_tos}:
+                    routed.setdefault(target.route_id, []).append(target)
+                    envelope.rcpt_tos.append(address)
+                return "250 2.1.5 OK"
             token = await asyncio.to_thread(self._unsubscribe_token, address)
             if token is not None:
                 tokens: list[str] = envelope.__dict__.setdefault("unsubscribes", [])
@@ -82,6 +95,10 @@ class InboundHandler:
             mailboxes[address.lower()] = mailbox
             envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
+
+    def _route(self, address: str) -> RouteTarget | bool | None:
+        database.connect(reuse_if_open=True)
+        return route_for(address)
 
     def _unsubscribe_token(self, address: str) -> str | None:
         """The token of a ``u+<token>@`` address whose email exists, else None."""

@@ -1,0 +1,236 @@
+"""``/v1/layang/inbound``: inbound domains and routes, and the mail they received."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask import g
+from flask.views import MethodView
+from marshmallow import fields, validate
+
+from layang.api import Blueprint, service_config
+from layang.api.domains import DnsRecordSchema
+from layang.api.fields import (
+    ISO_8601,
+    CompatSchema,
+    CursorQuerySchema,
+    ErrorSchema,
+    Timestamp,
+    page_schema,
+)
+from layang.domain.inbound_routing import (
+    InboundDomainState,
+    Route,
+    create_domain,
+    create_route,
+    delete_domain,
+    delete_route,
+    get_domain,
+    get_route,
+    list_domains,
+    list_routes,
+    rotate_route_secret,
+    update_route,
+    verify_domain,
+)
+from layang.models import INBOUND_ACTIONS
+from layang.pagination import Page
+
+blp = Blueprint(
+    "inbound",
+    __name__,
+    description="Inbound routing: mail to your domains, posted to your endpoint as signed JSON.",
+)
+
+
+class InboundDomainInSchema(CompatSchema):
+    domain = fields.String(required=True, validate=validate.Length(min=1, max=253))
+
+
+class InboundDomainSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.inbound_routing.InboundDomainState`."""
+
+    domain = fields.String()
+    status = fields.String(metadata={"description": "pending, or verified once the MX is found."})
+    records = fields.List(
+        fields.Nested(DnsRecordSchema), metadata={"description": "The MX record to publish."}
+    )
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+    checked_at = Timestamp(allow_none=True, data_key="checkedAt", metadata=ISO_8601)
+    verified_at = Timestamp(allow_none=True, data_key="verifiedAt", metadata=ISO_8601)
+
+
+_THRESHOLD = {
+    "description": "Mail whose SpamAssassin score reaches this is held, not posted "
+    "(scored only with LAYANG_SPAMD)."
+}
+
+
+class RouteInSchema(CompatSchema):
+    match = fields.String(
+        required=True,
+        validate=validate.Length(min=3, max=320),
+        metadata={"description": "support@in.example.com, or *@in.example.com for any address."},
+    )
+    action = fields.String(required=True, validate=validate.OneOf(INBOUND_ACTIONS))
+    url = fields.String(
+        validate=validate.Length(min=1, max=2000),
+        metadata={"description": "Where a webhook route posts: https:// to a public address."},
+    )
+    spam_threshold = fields.Float(
+        data_key="spamThreshold",
+        allow_none=True,
+        allow_nan=False,
+        validate=validate.Range(min=0, max=100),
+        metadata=_THRESHOLD,
+    )
+
+
+class RoutePatchSchema(CompatSchema):
+    url = fields.String(validate=validate.Length(min=1, max=2000))
+    spam_threshold = fields.Float(
+        data_key="spamThreshold",
+        allow_none=True,
+        allow_nan=False,
+        validate=validate.Range(min=0, max=100),
+        metadata=_THRESHOLD,
+    )
+
+
+class RouteSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.inbound_routing.Route`."""
+
+    id = fields.String()
+    match = fields.String()
+    action = fields.String(metadata={"description": "webhook, hold or reject."})
+    url = fields.String(allow_none=True)
+    spam_threshold = fields.Float(allow_none=True, data_key="spamThreshold")
+    created_at = Timestamp(data_key="createdAt", metadata=ISO_8601)
+
+
+class RouteWithSecretSchema(RouteSchema):
+    secret = fields.String(
+        allow_none=True,
+        metadata={"description": "whsec_…: verifies the signatures; shown only in this answer."},
+    )
+
+
+InboundDomainListSchema = page_schema(InboundDomainSchema, "InboundDomainListSchema")
+RouteListSchema = page_schema(RouteSchema, "InboundRouteListSchema")
+
+
+@blp.route("/inbound/domains")
+class InboundDomains(MethodView):
+    @blp.arguments(CursorQuerySchema(), location="query")
+    @blp.response(200, InboundDomainListSchema)
+    def get(self, query: dict[str, Any]) -> Page[InboundDomainState]:
+        """List inbound domains, newest first"""
+        return list_domains(
+            g.account, service_config(), limit=query["limit"], cursor=query.get("cursor")
+        )
+
+    @blp.arguments(InboundDomainInSchema())
+    @blp.response(201, InboundDomainSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description="Added already, or another's.")
+    def post(self, data: dict[str, Any]) -> InboundDomainState:
+        """Add an inbound domain
+
+        The answer lists the MX record to publish; then call `verify`.
+        """
+        return create_domain(g.account, data["domain"], service_config())
+
+
+@blp.route("/inbound/domains/<domain>")
+class InboundDomainByName(MethodView):
+    @blp.response(200, InboundDomainSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def get(self, domain: str) -> InboundDomainState:
+        """Get an inbound domain, as of its last check"""
+        return get_domain(g.account, domain, service_config())
+
+    @blp.response(204)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    def delete(self, domain: str) -> None:
+        """Delete an inbound domain and its routes (mail received stays)"""
+        delete_domain(g.account, domain)
+
+
+@blp.route("/inbound/domains/<domain>/verify")
+class VerifyInboundDomain(MethodView):
+    @blp.response(200, InboundDomainSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such domain in this account.")
+    @blp.alt_response(409, schema=ErrorSchema, description="Another account verified it.")
+    def post(self, domain: str) -> InboundDomainState:
+        """Check the MX record in DNS now
+
+        The domain is `verified` (and its mail accepted) once its MX names the inbound host.
+        """
+        return verify_domain(g.account, domain, service_config())
+
+
+@blp.route("/inbound/routes")
+class Routes(MethodView):
+    @blp.arguments(CursorQuerySchema(), location="query")
+    @blp.response(200, RouteListSchema)
+    def get(self, query: dict[str, Any]) -> Page[Route]:
+        """List inbound routes, newest first"""
+        return list_routes(g.account, limit=query["limit"], cursor=query.get("cursor"))
+
+    @blp.arguments(RouteInSchema())
+    @blp.response(201, RouteWithSecretSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description="A route has this match already.")
+    def post(self, data: dict[str, Any]) -> Route:
+        """Add an inbound route
+
+        A `webhook` route's answer holds its `secret`, shown only here.
+        """
+        return create_route(
+            g.account,
+            data["match"],
+            data["action"],
+            data.get("url"),
+            data.get("spam_threshold"),
+            service_config(),
+        )
+
+
+@blp.route("/inbound/routes/<route_id>")
+class RouteById(MethodView):
+    @blp.response(200, RouteSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such route in this account.")
+    def get(self, route_id: str) -> Route:
+        """Get an inbound route (never its secret)"""
+        return get_route(g.account, route_id)
+
+    @blp.arguments(RoutePatchSchema())
+    @blp.response(200, RouteSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such route in this account.")
+    def patch(self, data: dict[str, Any], route_id: str) -> Route:
+        """Change a route's URL or spam threshold (null removes it)"""
+        return update_route(
+            g.account,
+            route_id,
+            service_config(),
+            url=data.get("url"),
+            spam_threshold=data.get("spam_threshold"),
+            clear_threshold="spam_threshold" in data and data["spam_threshold"] is None,
+        )
+
+    @blp.response(204)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such route in this account.")
+    def delete(self, route_id: str) -> None:
+        """Delete an inbound route (mail received stays)"""
+        delete_route(g.account, route_id)
+
+
+@blp.route("/inbound/routes/<route_id>/rotate-secret")
+class RotateRouteSecret(MethodView):
+    @blp.response(200, RouteWithSecretSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such route in this account.")
+    def post(self, route_id: str) -> Route:
+        """Rotate a webhook route's signing secret
+
+        The answer holds the new `secret`; for 24 hours both secrets sign every request.
+        """
+        return rotate_route_secret(g.account, route_id, service_config())
