@@ -310,6 +310,7 @@ CREATE TABLE "inbound_email" (
     "payload" text NOT NULL,
     "raw" bytea NOT NULL,
     "delivery_id" character varying(26),
+    "deliveries" text NOT NULL,
     CONSTRAINT "inbound_email_pkey" PRIMARY KEY (id),
     CONSTRAINT "inbound_email_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
     CONSTRAINT "inbound_email_route_id_fkey" FOREIGN KEY (route_id) REFERENCES inbound_route(id) ON DELETE SET NULL
@@ -603,6 +604,7 @@ CREATE TABLE "webhook_delivery" (
 );
 CREATE INDEX webhook_delivery_endpoint_id ON public.webhook_delivery USING btree (endpoint_id);
 CREATE INDEX webhook_delivery_next_attempt_at ON public.webhook_delivery USING btree (next_attempt_at);
+CREATE INDEX webhook_delivery_pending_endpoint_id ON public.webhook_delivery USING btree (endpoint_id, id) WHERE ((status)::text = 'pending'::text);
 CREATE TRIGGER webhook_delivery_notify AFTER INSERT ON public.webhook_delivery REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook_notify();
 
 CREATE TABLE "webhook_endpoint" (
@@ -816,7 +818,7 @@ CREATE TABLE "inbound_domain" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" I
 CREATE UNIQUE INDEX "inbound_domain_account_id_domain" ON "inbound_domain" ("account_id", "domain");
 CREATE UNIQUE INDEX "inbound_domain_verified_domain" ON "inbound_domain" ("domain") WHERE "status" = 'verified';
 
-CREATE TABLE "inbound_email" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "route_id" VARCHAR(26) REFERENCES "inbound_route" ("id") ON DELETE SET NULL, "route_match" VARCHAR(320) NOT NULL, "action" VARCHAR(16) NOT NULL, "received_at" INTEGER NOT NULL, "mail_from" VARCHAR(512) NOT NULL, "rcpt_to" TEXT NOT NULL, "from_header" TEXT NOT NULL, "subject" TEXT NOT NULL, "size" INTEGER NOT NULL, "spam_score" REAL, "note" TEXT, "payload" TEXT NOT NULL, "raw" BLOB NOT NULL, "delivery_id" VARCHAR(26));
+CREATE TABLE "inbound_email" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "route_id" VARCHAR(26) REFERENCES "inbound_route" ("id") ON DELETE SET NULL, "route_match" VARCHAR(320) NOT NULL, "action" VARCHAR(16) NOT NULL, "received_at" INTEGER NOT NULL, "mail_from" VARCHAR(512) NOT NULL, "rcpt_to" TEXT NOT NULL, "from_header" TEXT NOT NULL, "subject" TEXT NOT NULL, "size" INTEGER NOT NULL, "spam_score" REAL, "note" TEXT, "payload" TEXT NOT NULL, "raw" BLOB NOT NULL, "delivery_id" VARCHAR(26), "deliveries" TEXT NOT NULL);
 CREATE INDEX "inbound_email_account_id_id" ON "inbound_email" ("account_id", "id");
 CREATE INDEX "inbound_email_received_at" ON "inbound_email" ("received_at");
 
@@ -1048,6 +1050,7 @@ CREATE TABLE "webhook_delivery" (
     FOREIGN KEY ("endpoint_id") REFERENCES "webhook_endpoint" ("id") ON DELETE CASCADE);
 CREATE INDEX "webhook_delivery_endpoint_id" ON "webhook_delivery" ("endpoint_id");
 CREATE INDEX "webhook_delivery_next_attempt_at" ON "webhook_delivery" ("next_attempt_at");
+CREATE INDEX "webhook_delivery_pending_endpoint_id" ON "webhook_delivery" ("endpoint_id", "id") WHERE "status" = 'pending';
 
 CREATE TABLE "webhook_endpoint" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,

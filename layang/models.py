@@ -772,7 +772,7 @@ class InboundRoute(BaseModel):
 
 class InboundEmail(BaseModel):
     """One message received for one route, as received (``raw``) and as posted (``payload``,
-    the JSON of its ``message``); ``delivery`` is its latest webhook delivery, if any."""
+    the webhook's body); ``delivery_id`` is its latest webhook delivery, if any."""
 
     id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
     account = peewee.ForeignKeyField(Account, on_delete="CASCADE")
@@ -791,6 +791,8 @@ class InboundEmail(BaseModel):
     payload = peewee.TextField()
     raw = peewee.BlobField()
     delivery_id = peewee.CharField(max_length=26, null=True)
+    # Every delivery made for it, oldest first (the first, then one per retry from the API).
+    deliveries = peewee.TextField(default="[]")
 
     class Meta:
         indexes = ((("account", "id"), False),)

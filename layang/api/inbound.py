@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import marshmallow as ma
-from flask import g
+from flask import Response, g
 from flask.views import MethodView
 from marshmallow import fields, validate
 
@@ -18,6 +19,15 @@ from layang.api.fields import (
     ErrorSchema,
     Timestamp,
     page_schema,
+)
+from layang.domain.inbound_mail import (
+    STATUSES,
+    InboundMessage,
+    attachment,
+    get_message,
+    list_messages,
+    raw_message,
+    retry_message,
 )
 from layang.domain.inbound_routing import (
     InboundDomainState,
@@ -234,3 +244,115 @@ class RotateRouteSecret(MethodView):
         The answer holds the new `secret`; for 24 hours both secrets sign every request.
         """
         return rotate_route_secret(g.account, route_id, service_config())
+
+
+class InboundAttemptSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.inbound_mail.InboundAttempt`."""
+
+    id = fields.String()
+    webhook_id = fields.String(data_key="webhookId")
+    status = fields.String(metadata={"description": "delivered, pending or failed."})
+    response_status = fields.Integer(allow_none=True, data_key="responseStatus")
+    error = fields.String(allow_none=True)
+    attempted_at = Timestamp(data_key="attemptedAt", metadata=ISO_8601)
+    next_attempt_at = Timestamp(allow_none=True, data_key="nextAttemptAt", metadata=ISO_8601)
+
+
+class InboundMessageSchema(ma.Schema):
+    """Dumps a :class:`layang.domain.inbound_mail.InboundMessage`."""
+
+    id = fields.String()
+    route_id = fields.String(allow_none=True, data_key="routeId")
+    route_match = fields.String(data_key="routeMatch")
+    action = fields.String()
+    status = fields.String(
+        metadata={"description": "held, or its post's: pending, delivered or failed."}
+    )
+    note = fields.String(allow_none=True, metadata={"description": "Why it was held, if so."})
+    received_at = Timestamp(data_key="receivedAt", metadata=ISO_8601)
+    mail_from = fields.String(data_key="mailFrom")
+    rcpt_to = fields.List(fields.String(), data_key="rcptTo")
+    size = fields.Integer(metadata={"description": "Bytes, as received."})
+    spam_score = fields.Float(allow_none=True, data_key="spamScore")
+    message = fields.Dict(
+        metadata={"description": "The JSON posted (attachments without their content)."}
+    )
+
+
+class InboundMessageWithAttemptsSchema(InboundMessageSchema):
+    attempts = fields.List(fields.Nested(InboundAttemptSchema))
+
+
+class MessageQuerySchema(CursorQuerySchema):
+    route = fields.String(validate=validate.Length(max=26))
+    status = fields.String(validate=validate.OneOf(STATUSES))
+    sender = fields.String(
+        validate=validate.Length(max=512), metadata={"description": "The envelope sender."}
+    )
+    recipient = fields.String(validate=validate.Length(max=320))
+
+
+MessageListSchema = page_schema(InboundMessageSchema, "InboundMessageListSchema")
+
+
+@blp.route("/inbound/messages")
+class InboundMessages(MethodView):
+    @blp.arguments(MessageQuerySchema(), location="query")
+    @blp.response(200, MessageListSchema)
+    def get(self, query: dict[str, Any]) -> Page[InboundMessage]:
+        """List received mail, newest first"""
+        return list_messages(
+            g.account,
+            limit=query["limit"],
+            cursor=query.get("cursor"),
+            route_id=query.get("route"),
+            status=query.get("status"),
+            sender=query.get("sender"),
+            recipient=query.get("recipient"),
+        )
+
+
+@blp.route("/inbound/messages/<message_id>")
+class InboundMessageById(MethodView):
+    @blp.response(200, InboundMessageWithAttemptsSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such message in this account.")
+    def get(self, message_id: str) -> InboundMessage:
+        """Get a received message, with every attempt to post it"""
+        return get_message(g.account, message_id)
+
+
+@blp.route("/inbound/messages/<message_id>/raw")
+class InboundMessageRaw(MethodView):
+    @blp.response(200, content_type="message/rfc822")
+    @blp.alt_response(404, schema=ErrorSchema, description="No such message in this account.")
+    def get(self, message_id: str) -> Response:
+        """Get a received message exactly as received"""
+        return Response(raw_message(g.account, message_id), mimetype="message/rfc822")
+
+
+@blp.route("/inbound/messages/<message_id>/attachments/<int:index>")
+class InboundAttachment(MethodView):
+    @blp.response(200, content_type="application/octet-stream")
+    @blp.alt_response(404, schema=ErrorSchema, description="No such attachment.")
+    def get(self, message_id: str, index: int) -> Response:
+        """Download an attachment (those too large to be posted inline)"""
+        filename, content_type, content = attachment(g.account, message_id, index)
+        response = Response(content, mimetype=content_type or "application/octet-stream")
+        response.headers["Content-Disposition"] = _disposition(filename)
+        return response
+
+
+@blp.route("/inbound/messages/<message_id>/retry")
+class RetryInboundMessage(MethodView):
+    @blp.response(202, InboundMessageWithAttemptsSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="No such message in this account.")
+    def post(self, message_id: str) -> InboundMessage:
+        """Post a received message to its route's endpoint again, now"""
+        return retry_message(g.account, message_id)
+
+
+def _disposition(filename: str) -> str:
+    if not filename:
+        return "attachment"
+    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "")
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"

@@ -83,6 +83,7 @@ class RouteTarget:
     endpoint_id: str | None
     spam_threshold: float | None
     mailbox_hash: str
+    address: str
 
 
 def inbound_hostname(config: Config) -> str:
@@ -223,9 +224,9 @@ def _parse_match(value: str) -> tuple[str, str]:
     if local != WILDCARD and (
         len(local) > MAX_LOCAL_PART or any(c in local for c in '+ \t"<>@,;:\\()[]')
     ):
-            raise InvalidInput(
-                "match", "The local part may not hold '+', spaces or quotes; use * for any."
-            )
+        raise InvalidInput(
+            "match", "The local part may not hold '+', spaces or quotes; use * for any."
+        )
     return local, normalize_domain(domain, "match")
 
 
@@ -443,17 +444,19 @@ def route_for(address: str) -> RouteTarget | bool | None:
         endpoint_id=row.endpoint_id,
         spam_threshold=row.spam_threshold,
         mailbox_hash=mailbox_hash,
+        address=address.strip().strip("<>"),
     )
 
 
-def pending_delivery(endpoint_id: str, body: str, now: int) -> str:
-    """Queue ``body`` as one delivery to a route's endpoint (inside the caller's write
-    transaction); returns its id, which is the ``webhook-id`` of every attempt (``msg_<id>``)."""
+def pending_delivery(endpoint_id: str, body: str, now: int, message_id: str) -> str:
+    """Queue ``body`` (received message ``message_id``) as one delivery to a route's endpoint,
+    inside the caller's write transaction; returns its id, which is the ``webhook-id`` of every
+    attempt (``msg_<id>``)."""
     delivery_id = new_id()
     WebhookDelivery.insert(
         id=delivery_id,
         endpoint=endpoint_id,
-        event_ids="[]",
+        event_ids=json.dumps([message_id]),
         body=body,
         attempts=0,
         created_at=now,

@@ -23,10 +23,13 @@ from layang.db import UNAVAILABLE_ERRORS, database
 from layang.domain.dmarc import reporting_domain, store_reports
 from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
+from layang.domain.inbound_mail import Arrival, store_received
 from layang.domain.inbound_routing import RouteTarget, route_for
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
+from layang.inbound.authentication import Authenticator
 from layang.inbound.dmarc_reports import NotAReport
 from layang.inbound.parsing import ReportReader
+from layang.inbound.spamd import spam_score
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
 from layang.models import INBOUND_REJECT
@@ -35,7 +38,6 @@ from layang.smtp_server.limits import ConnectionLimits
 
 log = logging.getLogger("layang.inbound")
 
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 MAX_RECIPIENTS = 20
 IDLE_TIMEOUT_SECONDS = 60.0
 MAX_CONNECTIONS = 200
@@ -52,6 +54,7 @@ class InboundHandler:
             config.secret_key, config.public_url, config.bounce_domain
         )
         self.reader = ReportReader()
+        self.authenticator = Authenticator(config)
 
     async def handle_RCPT(
         self,
@@ -119,8 +122,14 @@ class InboundHandler:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         mailboxes = list(envelope.__dict__.get("mailboxes", {}).values())
         tokens = list(envelope.__dict__.get("unsubscribes", []))
+        routed: dict[str, list[RouteTarget]] = envelope.__dict__.get("routed", {})
         data = envelope.original_content or b""
+        client = (session.peer[0] if isinstance(session.peer, tuple) else "", session.host_name)
         try:
+            if routed:
+                await asyncio.to_thread(
+                    self._receive_routed, envelope.mail_from or "", client, routed, data
+                )
             await asyncio.to_thread(
                 self._receive, envelope.mail_from or "", mailboxes, tokens, data
             )
@@ -148,6 +157,22 @@ class InboundHandler:
         if mailboxes:
             report = self.reader.read(data)
             record_inbound(report, mailboxes, mail_from, data, self.paths, self.config)
+
+    def _receive_routed(
+        self,
+        mail_from: str,
+        client: tuple[str, str | None],
+        routed: dict[str, list[RouteTarget]],
+        data: bytes,
+    ) -> None:
+        """Read, check and score the message, then store it for each route (before ``250``)."""
+        parsed = self.reader.read_routed(data)
+        authentication = self.authenticator.check(data, client[0], mail_from, client[1] or "")
+        score = spam_score(self.config.spamd, data) if self.config.spamd else None
+        recipients = tuple(t.address for targets in routed.values() for t in targets)
+        arrival = Arrival(mail_from, recipients, data, parsed, authentication.as_json(), score)
+        database.connect(reuse_if_open=True)
+        store_received(arrival, routed, self.config)
 
     def _receive_dmarc(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
         found = self.reader.read_dmarc(data)
@@ -186,7 +211,7 @@ def inbound_server(config: Config, listener: socket.socket | None = None) -> Inb
         hostname=host,
         port=port,
         server_hostname=socket.gethostname(),
-        data_size_limit=MAX_MESSAGE_BYTES,
+        data_size_limit=config.inbound_max_mb * 1024 * 1024,
         enable_SMTPUTF8=False,
         auth_exclude_mechanism=["LOGIN", "PLAIN"],
         timeout=IDLE_TIMEOUT_SECONDS,

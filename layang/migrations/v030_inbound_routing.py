@@ -55,7 +55,11 @@ def statements(t: Dialect) -> list[str]:
         '"note" TEXT, '
         '"payload" TEXT NOT NULL, '
         f'"raw" {t.blob} NOT NULL, '
-        '"delivery_id" VARCHAR(26))',
+        '"delivery_id" VARCHAR(26), '
+        '"deliveries" TEXT NOT NULL)',
         'CREATE INDEX "inbound_email_account_id_id" ON "inbound_email" ("account_id", "id")',
         'CREATE INDEX "inbound_email_received_at" ON "inbound_email" ("received_at")',
+        # A route's deliveries go one at a time: a claim asks whether an older one is pending.
+        'CREATE INDEX "webhook_delivery_pending_endpoint_id" ON "webhook_delivery" '
+        '("endpoint_id", "id") WHERE "status" = \'pending\'',
     ]
