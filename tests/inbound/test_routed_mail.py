@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import smtplib
+import socket
 import subprocess
 import threading
 import time
@@ -337,3 +339,111 @@ def test_swaks_mail_arrives(client, auth, route, server, receiver, dispatcher):
     assert request.payload["message"]["subject"] == "from swaks"
     assert request.payload["message"]["text"].strip() == "Sent with swaks."
     assert request.payload["message"]["mailboxHash"] == ""
+
+
+@pytest.fixture
+def spamd(tmp_path):
+    """SpamAssassin's spamd on a free port, its own throwaway config, never the network."""
+    path = shutil.which("spamd") or (
+        "/usr/sbin/spamd" if os.path.exists("/usr/sbin/spamd") else None
+    )
+    if path is None:
+        if os.environ.get("LAYANG_REQUIRE_TOOLS"):
+            pytest.fail("spamd is required here (apt-get install spamd)")
+        pytest.skip("spamd is not installed (apt-get install spamd)")
+    home = tmp_path / "spamd"
+    home.mkdir()
+    home.chmod(0o777)  # spamd started as root runs its children as nobody
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            path,
+            f"--listen=127.0.0.1:{port}",
+            "--allowed-ips=127.0.0.1",
+            "-L",
+            "-x",
+            "-u",
+            "nobody",
+            f"--virtual-config-dir={home}",
+            "--max-children=1",
+            f"--pidfile={home / 'pid'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _listening(port), timeout=60)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+GTUBE = "XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X"
+
+
+def test_spamd_scores_and_the_threshold_holds(
+    client, auth, dns_zone, config, app, receiver, dispatcher, spamd
+):
+    add_verified_domain(client, auth, dns_zone)
+    add_route(client, auth, f"support@{DOMAIN}", url=receiver.url, spamThreshold=5)
+    scored = inbound_server(replace(config, spamd=spamd, inbound_bind=f"127.0.0.1:{free_port()}"))
+    scored.start()
+    try:
+        send(scored, reply_mail().as_bytes(policy=reply_mail().policy.clone(linesep="\r\n")))
+        spam = reply_mail()
+        spam.replace_header("Subject", "You won")
+        spam.get_body(("plain",)).set_content(GTUBE)
+        send(scored, spam.as_bytes(policy=spam.policy.clone(linesep="\r\n")))
+    finally:
+        scored.stop()
+    [request] = receiver.wait_for_requests(1)
+    assert request.payload["message"]["spamScore"] < 5
+    held = client.get("/v1/layang/inbound/messages?status=held", headers=auth).json["items"]
+    assert [m["message"]["subject"] for m in held] == ["You won"]
+    assert held[0]["spamScore"] >= 1000 and "reached the route's 5" in held[0]["note"]
+    time.sleep(0.5)
+    assert len(receiver.requests) == 1
+
+
+def test_a_25_mb_attachment_heavy_message_arrives_whole(
+    client, auth, route, config, app, receiver, dispatcher
+):
+    import hashlib
+
+    message = reply_mail()
+    blobs = [os.urandom(8 * 1024 * 1024 + n) for n in range(3)]  # 24 MiB + in three
+    for n, blob in enumerate(blobs):
+        message.add_attachment(
+            blob, maintype="application", subtype="octet-stream", filename=f"part{n}.bin"
+        )
+    data = message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
+    assert len(data) > 25 * 1000 * 1000
+    roomy = inbound_server(
+        replace(config, inbound_inline_mb=10, inbound_bind=f"127.0.0.1:{free_port()}")
+    )
+    roomy.start()
+    try:
+        started = time.monotonic()
+        send(roomy, data)
+        accepted = time.monotonic() - started
+    finally:
+        roomy.stop()
+    [request] = receiver.wait_for_requests(1, timeout=120)
+    attachments = request.payload["message"]["attachments"][1:]
+    assert [hashlib.sha256(base64.b64decode(a["content"])).hexdigest() for a in attachments] == [
+        hashlib.sha256(blob).hexdigest() for blob in blobs
+    ]
+    assert accepted < 60
+    raw = client.get(
+        f"/v1/layang/inbound/messages/{request.payload['message']['id']}/raw", headers=auth
+    )
+    assert raw.data == data
