@@ -168,10 +168,17 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
 
         serve_process_metrics(metrics_listener)
     from layang.destinations import tlsrpt
-    from layang.domain import housekeeping
+    from layang.domain import housekeeping, inbound_mail
 
     # Yesterday's TLS-RPT reports go out once, from whichever worker gets there first.
-    return Worker(config, chores=[housekeeping.delete_expired, lambda: tlsrpt.due_reports(config)])
+    return Worker(
+        config,
+        chores=[
+            housekeeping.delete_expired,
+            lambda: tlsrpt.due_reports(config),
+            lambda: inbound_mail.delete_old(config),
+        ],
+    )
 
 
 def run_sender(

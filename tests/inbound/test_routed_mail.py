@@ -20,6 +20,8 @@ import dkim
 import pytest
 from standardwebhooks import Webhook
 
+from layang.clock import now_ms
+from layang.domain.inbound_mail import delete_old
 from layang.inbound.server import inbound_server
 from layang.mail.dkim import generate_key
 from layang.webhooks.dispatcher import Dispatcher
@@ -255,7 +257,7 @@ def test_a_route_posts_in_order_and_a_retry_keeps_its_webhook_id(
 
 
 def test_hold_keeps_the_message_and_filters_find_it(
-    client, auth, dns_zone, server, receiver, dispatcher
+    client, auth, config, dns_zone, server, receiver, dispatcher
 ):
     add_verified_domain(client, auth, dns_zone)
     hold = add_route(client, auth, f"*@{DOMAIN}", "hold")
@@ -280,6 +282,10 @@ def test_hold_keeps_the_message_and_filters_find_it(
     assert bad.status_code == 400 and list(bad.json["errors"]) == ["status"]
     time.sleep(0.5)
     assert receiver.requests == []
+    # Kept LAYANG_INBOUND_RETENTION_DAYS (30), then gone.
+    assert delete_old(config, now_ms() + 29 * 86_400_000) == 0
+    assert delete_old(config, now_ms() + 31 * 86_400_000) == 1
+    assert client.get("/v1/layang/inbound/messages", headers=auth).json["items"] == []
 
 
 BROKEN = [
