@@ -2,7 +2,8 @@
 
 An inbound domain is ``pending`` until its MX record names this service's inbound host
 (``LAYANG_INBOUND_HOSTNAME``), checked in DNS as sending domains are; the first account to
-verify a domain owns it. A route matches ``local@domain`` exactly or ``*@domain`` (any local
+verify a domain owns it. A ``.localhost`` name (RFC 6761: never in DNS, only this machine)
+verifies without a look-up, for development. A route matches ``local@domain`` exactly or ``*@domain`` (any local
 part); the exact match wins. A ``+hash`` after the local part is matched without it and given to
 the endpoint as ``mailboxHash``. Actions: ``webhook`` posts the message as JSON (through a webhook
 endpoint of the route's own, whose ``whsec_`` secret is shown once, when the route is made or
@@ -180,7 +181,14 @@ def verify_domain(
     row = _get_domain(account, domain)
     if row.status != VERIFIED and _owner(row.domain, account) is not None:
         raise Conflict(f"domain: {row.domain} was verified by another account first.")
-    records = check_records(_expected(row.domain, config), lookup(config), config)
+    if row.domain == "localhost" or row.domain.endswith(".localhost"):
+        # RFC 6761: such a name is this machine's only, never in DNS; it serves development.
+        records = [
+            DnsRecord(*r.key, status="ok", found="a .localhost name: this machine only")
+            for r in _expected(row.domain, config)
+        ]
+    else:
+        records = check_records(_expected(row.domain, config), lookup(config), config)
     now = now_ms()
     try:
         with write_transaction():
