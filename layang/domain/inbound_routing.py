@@ -3,12 +3,12 @@
 An inbound domain is ``pending`` until its MX record names this service's inbound host
 (``LAYANG_INBOUND_HOSTNAME``), checked in DNS as sending domains are; the first account to
 verify a domain owns it. A ``.localhost`` name (RFC 6761: never in DNS, only this machine)
-verifies without a look-up, for development. A route matches ``local@domain`` exactly or ``*@domain`` (any local
-part); the exact match wins. A ``+hash`` after the local part is matched without it and given to
-the endpoint as ``mailboxHash``. Actions: ``webhook`` posts the message as JSON (through a webhook
-endpoint of the route's own, whose ``whsec_`` secret is shown once, when the route is made or
-its secret rotated), ``hold`` keeps it for the console and the API, ``reject`` refuses it at
-RCPT with ``550``.
+verifies without a look-up, for development. A route matches ``local@domain`` exactly or
+``*@domain`` (any local part); the exact match wins. A ``+hash`` after the local part is
+matched without it and given to the endpoint as ``mailboxHash``. Actions: ``webhook`` posts
+the message as JSON (through a webhook endpoint of the route's own, whose ``whsec_`` secret is
+shown once, when the route is made or its secret rotated), ``hold`` keeps it for the console
+and the API, ``reject`` refuses it at RCPT with ``550``.
 """
 
 from __future__ import annotations
