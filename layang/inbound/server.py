@@ -35,6 +35,7 @@ from layang.mail.unsubscribe import UnsubscribeTokens
 from layang.models import INBOUND_REJECT
 from layang.smtp_server.capped import CappedSMTP, ListeningController
 from layang.smtp_server.limits import ConnectionLimits
+from layang.submission.tls import server_tls_context
 
 log = logging.getLogger("layang.inbound")
 
@@ -211,6 +212,9 @@ def inbound_server(config: Config, listener: socket.socket | None = None) -> Inb
         hostname=host,
         port=port,
         server_hostname=socket.gethostname(),
+        # Offered, never required: an MX must take mail from servers without TLS too.
+        tls_context=server_tls_context(config),
+        require_starttls=False,
         data_size_limit=config.inbound_max_mb * 1024 * 1024,
         enable_SMTPUTF8=False,
         auth_exclude_mechanism=["LOGIN", "PLAIN"],

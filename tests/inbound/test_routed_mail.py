@@ -10,6 +10,7 @@ import os
 import shutil
 import smtplib
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -167,6 +168,22 @@ def test_a_reply_arrives_as_signed_json_with_everything_decoded(
         client.get(f"/v1/layang/inbound/messages/{message['id']}", headers=other_auth()).status_code
         == 404
     )
+
+
+def test_starttls_is_offered_and_mail_over_it_arrives(
+    client, auth, route, server, receiver, dispatcher
+):
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed here
+    with smtplib.SMTP(server.hostname, server.port, local_hostname="mx.test", timeout=60) as smtp:
+        smtp.ehlo()
+        assert smtp.has_extn("starttls")
+        smtp.starttls(context=context)
+        smtp.sendmail(
+            "ann@sender.example", [f"support@{DOMAIN}"], b"Subject: over TLS\r\n\r\nhi\r\n"
+        )
+    [request] = receiver.wait_for_requests(1)
+    assert request.payload["message"]["subject"] == "over TLS"
 
 
 def test_spf_dkim_and_dmarc_are_checked_against_dns(
