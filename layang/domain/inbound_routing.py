@@ -34,6 +34,7 @@ from layang.models import (
     Account,
     InboundDomain,
     InboundRoute,
+    SendingDomain,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -143,13 +144,21 @@ def _get_domain(account: Account, domain: str) -> InboundDomain:
 
 def create_domain(account: Account, domain: str, config: Config) -> InboundDomainState:
     """Add ``domain`` (``pending``) to ``account``; its state lists the MX record to publish.
-    ``InvalidInput`` for a bad name; ``Conflict`` when already added, or verified by another
-    account."""
+    ``InvalidInput`` for a bad name; ``Conflict`` when already added, verified by another
+    account, or the service's bounce domain or another account's return-path domain."""
     name = normalize_domain(domain)
+    if name == config.bounce_domain:
+        raise Conflict(f"domain: {name} is this service's bounce domain.")
     try:
         with write_transaction():
             if _owner(name, account) is not None:
                 raise Conflict(f"domain: {name} belongs to another account.")
+            # A return-path domain's MX names the inbound host too: it is not another
+            # account's to receive (its bounces would go astray).
+            if SendingDomain.get_or_none(
+                (SendingDomain.return_path_domain == name) & (SendingDomain.account != account.id)
+            ):
+                raise Conflict(f"domain: {name} is another account's return-path domain.")
             row = InboundDomain.create(account=account.id, domain=name, status=PENDING)
     except peewee.IntegrityError:
         raise Conflict(f"domain: {name} is already added.") from None

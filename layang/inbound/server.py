@@ -1,8 +1,9 @@
 """The inbound SMTP server (``layang inbound``): the MX of the return-path domains.
 
-Plain SMTP, no AUTH: anyone may send, but only to the addresses the domain layer knows
-(``layang.domain.feedback.mailbox_for``, and the ``u+<token>@`` unsubscribe addresses of
-``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it); everything else is
+Plain SMTP (STARTTLS offered), no AUTH: anyone may send, but only to the addresses the domain
+layer knows (``layang.domain.feedback.mailbox_for``, the ``u+<token>@`` unsubscribe addresses
+of ``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it, and the addresses of
+the accounts' inbound routes, ``layang.domain.inbound_routing``); everything else is
 ``550 5.1.1`` at RCPT. A message
 is answered ``250`` once it is recorded or kept, whatever it contains; only a database outage
 gets a ``451`` (the sender tries again later). Database work runs in worker threads
@@ -68,17 +69,8 @@ class InboundHandler:
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
-            target = await asyncio.to_thread(self._route, address)
-            if target is False:
-                return f"550 5.1.1 <{address}>: no such recipient here"
-            if isinstance(target, RouteTarget):
-                if target.action == INBOUND_REJECT:
-                    return f"550 5.7.1 <{address}>: the recipient refuses this mail"
-                routed: dict[str, list[RouteTarget]] = envelope.__dict__.setdefault("routed", {})
-                if address.lower() not in {a.lower() for a in envelope.rcpt_tos}:
-                    routed.setdefault(target.route_id, []).append(target)
-                    envelope.rcpt_tos.append(address)
-                return "250 2.1.5 OK"
+            # Layang's own mailboxes come first: no inbound route can take a bounce, a report
+            # or an unsubscribe meant for the service.
             token = await asyncio.to_thread(self._unsubscribe_token, address)
             if token is not None:
                 tokens: list[str] = envelope.__dict__.setdefault("unsubscribes", [])
@@ -87,11 +79,20 @@ class InboundHandler:
                     envelope.rcpt_tos.append(address)
                 return "250 2.1.5 OK"
             mailbox = await asyncio.to_thread(self._mailbox, address)
+            target = None if mailbox is not None else await asyncio.to_thread(self._route, address)
         except UNAVAILABLE_ERRORS:
             return "451 4.3.0 Temporary failure checking the recipient; try again later"
         except Exception:
             log.exception("could not check an inbound recipient")
             return "451 4.3.0 Temporary failure checking the recipient; try again later"
+        if isinstance(target, RouteTarget):
+            if target.action == INBOUND_REJECT:
+                return f"550 5.7.1 <{address}>: the recipient refuses this mail"
+            routed: dict[str, list[RouteTarget]] = envelope.__dict__.setdefault("routed", {})
+            if address.lower() not in {a.lower() for a in envelope.rcpt_tos}:
+                routed.setdefault(target.route_id, []).append(target)
+                envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
         if mailbox is None:
             return f"550 5.1.1 <{address}>: no such recipient here"
         mailboxes: dict[str, Mailbox] = envelope.__dict__.setdefault("mailboxes", {})

@@ -26,6 +26,7 @@ def config(config, dns_zone):
         inbound_hostname="mx.layang.example",
         dns_resolver=dns_zone.address,
         webhook_allow_private=True,
+        bounce_domain="bounces.layang.example",
     )
 
 
@@ -167,3 +168,17 @@ def test_rcpt_takes_the_most_specific_route_and_refuses_the_rest(client, auth, d
     client.post("/v1/layang/inbound/domains", headers=auth, json={"domain": "pending.example"})
     add_route(client, auth, "*@pending.example", "hold")
     assert rcpt(server, "a@pending.example")[0] == 550
+
+
+def test_the_bounce_domain_and_anothers_return_path_cannot_be_taken(client, auth, config):
+    bounce = client.post(
+        "/v1/layang/inbound/domains", headers=auth, json={"domain": config.bounce_domain}
+    )
+    assert bounce.status_code == 409 and "bounce domain" in bounce.json["message"]
+    theirs = other_auth()
+    sending = client.post("/v1/layang/domains", headers=theirs, json={"domain": "shop.example"})
+    assert sending.status_code == 201, sending.json
+    taken = client.post(
+        "/v1/layang/inbound/domains", headers=auth, json={"domain": "bounces.shop.example"}
+    )
+    assert taken.status_code == 409 and "return-path" in taken.json["message"]
