@@ -134,7 +134,8 @@ def init_api(app: flask.Flask) -> None:
                 "description": "Transactional email over HTTP: send messages (transmissions), "
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
-                "webhooks, and the queue (mail waiting, by recipient domain and its site). "
+                "webhooks, the queue (mail waiting, by recipient domain and its site), and inbound "
+                "routing (mail to your own domains, posted to your endpoint as signed JSON). "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],

@@ -330,13 +330,17 @@ class InboundMessageRaw(MethodView):
         return Response(raw_message(g.account, message_id), mimetype="message/rfc822")
 
 
-@blp.route("/inbound/messages/<message_id>/attachments/<int:index>")
+@blp.route("/inbound/messages/<message_id>/attachments/<index>")
 class InboundAttachment(MethodView):
     @blp.response(200, content_type="application/octet-stream")
     @blp.alt_response(404, schema=ErrorSchema, description="No such attachment.")
-    def get(self, message_id: str, index: int) -> Response:
-        """Download an attachment (those too large to be posted inline)"""
-        filename, content_type, content = attachment(g.account, message_id, index)
+    def get(self, message_id: str, index: str) -> Response:
+        """Download an attachment (those too large to be posted inline)
+
+        `index` counts from 0, in the order of the message's `attachments`.
+        """
+        number = int(index) if index.isdigit() else -1
+        filename, content_type, content = attachment(g.account, message_id, number)
         response = Response(content, mimetype=content_type or "application/octet-stream")
         response.headers["Content-Disposition"] = _disposition(filename)
         return response
