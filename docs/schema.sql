@@ -290,6 +290,7 @@ CREATE TABLE "inbound_domain" (
     CONSTRAINT "inbound_domain_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
 CREATE SEQUENCE "inbound_domain_id_seq" AS integer OWNED BY "inbound_domain"."id";
+CREATE INDEX inbound_domain_account_id ON public.inbound_domain USING btree (account_id);
 CREATE UNIQUE INDEX inbound_domain_account_id_domain ON public.inbound_domain USING btree (account_id, domain);
 CREATE UNIQUE INDEX inbound_domain_verified_domain ON public.inbound_domain USING btree (domain) WHERE ((status)::text = 'verified'::text);
 
@@ -315,8 +316,10 @@ CREATE TABLE "inbound_email" (
     CONSTRAINT "inbound_email_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
     CONSTRAINT "inbound_email_route_id_fkey" FOREIGN KEY (route_id) REFERENCES inbound_route(id) ON DELETE SET NULL
 );
+CREATE INDEX inbound_email_account_id ON public.inbound_email USING btree (account_id);
 CREATE INDEX inbound_email_account_id_id ON public.inbound_email USING btree (account_id, id);
 CREATE INDEX inbound_email_received_at ON public.inbound_email USING btree (received_at);
+CREATE INDEX inbound_email_route_id ON public.inbound_email USING btree (route_id);
 
 CREATE TABLE "inbound_message" (
     "id" integer DEFAULT nextval('inbound_message_id_seq'::regclass) NOT NULL,
@@ -346,7 +349,9 @@ CREATE TABLE "inbound_route" (
     CONSTRAINT "inbound_route_endpoint_id_fkey" FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(id) ON DELETE SET NULL
 );
 CREATE INDEX inbound_route_account_id ON public.inbound_route USING btree (account_id);
+CREATE INDEX inbound_route_domain_id ON public.inbound_route USING btree (domain_id);
 CREATE UNIQUE INDEX inbound_route_domain_id_local_part ON public.inbound_route USING btree (domain_id, local_part);
+CREATE INDEX inbound_route_endpoint_id ON public.inbound_route USING btree (endpoint_id);
 
 CREATE TABLE "mta_sts_policy" (
     "domain" character varying(255) NOT NULL,
@@ -815,12 +820,15 @@ CREATE UNIQUE INDEX "idempotency_key_account_id_key" ON "idempotency_key" ("acco
 CREATE INDEX "idempotency_key_expires_at" ON "idempotency_key" ("expires_at");
 
 CREATE TABLE "inbound_domain" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain" VARCHAR(253) NOT NULL, "status" VARCHAR(16) NOT NULL, "records" TEXT NOT NULL, "created_at" INTEGER NOT NULL, "checked_at" INTEGER, "verified_at" INTEGER);
+CREATE INDEX "inbound_domain_account_id" ON "inbound_domain" ("account_id");
 CREATE UNIQUE INDEX "inbound_domain_account_id_domain" ON "inbound_domain" ("account_id", "domain");
 CREATE UNIQUE INDEX "inbound_domain_verified_domain" ON "inbound_domain" ("domain") WHERE "status" = 'verified';
 
 CREATE TABLE "inbound_email" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "route_id" VARCHAR(26) REFERENCES "inbound_route" ("id") ON DELETE SET NULL, "route_match" VARCHAR(320) NOT NULL, "action" VARCHAR(16) NOT NULL, "received_at" INTEGER NOT NULL, "mail_from" VARCHAR(512) NOT NULL, "rcpt_to" TEXT NOT NULL, "from_header" TEXT NOT NULL, "subject" TEXT NOT NULL, "size" INTEGER NOT NULL, "spam_score" REAL, "note" TEXT, "payload" TEXT NOT NULL, "raw" BLOB NOT NULL, "delivery_id" VARCHAR(26), "deliveries" TEXT NOT NULL);
+CREATE INDEX "inbound_email_account_id" ON "inbound_email" ("account_id");
 CREATE INDEX "inbound_email_account_id_id" ON "inbound_email" ("account_id", "id");
 CREATE INDEX "inbound_email_received_at" ON "inbound_email" ("received_at");
+CREATE INDEX "inbound_email_route_id" ON "inbound_email" ("route_id");
 
 CREATE TABLE "inbound_message" (
     "id" INTEGER NOT NULL PRIMARY KEY,
@@ -834,7 +842,9 @@ CREATE INDEX "inbound_message_received_at" ON "inbound_message" ("received_at");
 
 CREATE TABLE "inbound_route" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain_id" INTEGER NOT NULL REFERENCES "inbound_domain" ("id") ON DELETE CASCADE, "local_part" VARCHAR(64) NOT NULL, "action" VARCHAR(16) NOT NULL, "endpoint_id" VARCHAR(26) REFERENCES "webhook_endpoint" ("id") ON DELETE SET NULL, "spam_threshold" REAL, "created_at" INTEGER NOT NULL);
 CREATE INDEX "inbound_route_account_id" ON "inbound_route" ("account_id");
+CREATE INDEX "inbound_route_domain_id" ON "inbound_route" ("domain_id");
 CREATE UNIQUE INDEX "inbound_route_domain_id_local_part" ON "inbound_route" ("domain_id", "local_part");
+CREATE INDEX "inbound_route_endpoint_id" ON "inbound_route" ("endpoint_id");
 
 CREATE TABLE "mta_sts_policy" (
     "domain" VARCHAR(255) NOT NULL PRIMARY KEY,

@@ -393,7 +393,9 @@ class WebhookEndpoint(BaseModel):
     disabled_reason = peewee.TextField(null=True)
     failing_since = peewee.BigIntegerField(null=True)
     # "events" for the account's webhooks; "inbound" for the endpoint an inbound route posts to.
-    kind = peewee.CharField(max_length=16, default="events")
+    kind = peewee.CharField(
+        max_length=16, default="events", constraints=[peewee.SQL("DEFAULT 'events'")]
+    )
 
 
 class WebhookEvent(BaseModel):
@@ -432,6 +434,17 @@ class WebhookDelivery(BaseModel):
     next_attempt_at = peewee.BigIntegerField(null=True, index=True)
     lease_owner = peewee.CharField(max_length=64, null=True)
     lease_expires_at = peewee.BigIntegerField(null=True)
+
+
+# A route's deliveries go one at a time: a claim asks whether an older one is pending.
+WebhookDelivery.add_index(
+    WebhookDelivery.index(
+        WebhookDelivery.endpoint,
+        WebhookDelivery.id,
+        where=WebhookDelivery.status == WEBHOOK_PENDING,
+        name="webhook_delivery_pending_endpoint_id",
+    )
+)
 
 
 class WebhookAttempt(BaseModel):

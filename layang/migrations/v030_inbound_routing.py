@@ -24,6 +24,7 @@ def statements(t: Dialect) -> list[str]:
         f'"verified_at" {t.bigint})',
         'CREATE UNIQUE INDEX "inbound_domain_account_id_domain" '
         'ON "inbound_domain" ("account_id", "domain")',
+        'CREATE INDEX "inbound_domain_account_id" ON "inbound_domain" ("account_id")',
         'CREATE UNIQUE INDEX "inbound_domain_verified_domain" ON "inbound_domain" ("domain") '
         "WHERE \"status\" = 'verified'",
         'CREATE TABLE "inbound_route" ('
@@ -38,6 +39,8 @@ def statements(t: Dialect) -> list[str]:
         'CREATE UNIQUE INDEX "inbound_route_domain_id_local_part" '
         'ON "inbound_route" ("domain_id", "local_part")',
         'CREATE INDEX "inbound_route_account_id" ON "inbound_route" ("account_id")',
+        'CREATE INDEX "inbound_route_domain_id" ON "inbound_route" ("domain_id")',
+        'CREATE INDEX "inbound_route_endpoint_id" ON "inbound_route" ("endpoint_id")',
         # One row per message and route; ``raw`` is the message as received, whole.
         'CREATE TABLE "inbound_email" ('
         '"id" VARCHAR(26) NOT NULL PRIMARY KEY, '
@@ -59,6 +62,8 @@ def statements(t: Dialect) -> list[str]:
         '"deliveries" TEXT NOT NULL)',
         'CREATE INDEX "inbound_email_account_id_id" ON "inbound_email" ("account_id", "id")',
         'CREATE INDEX "inbound_email_received_at" ON "inbound_email" ("received_at")',
+        'CREATE INDEX "inbound_email_account_id" ON "inbound_email" ("account_id")',
+        'CREATE INDEX "inbound_email_route_id" ON "inbound_email" ("route_id")',
         # A route's deliveries go one at a time: a claim asks whether an older one is pending.
         'CREATE INDEX "webhook_delivery_pending_endpoint_id" ON "webhook_delivery" '
         '("endpoint_id", "id") WHERE "status" = \'pending\'',
