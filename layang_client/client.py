@@ -35,6 +35,7 @@ from layang_client.resources import (
     Activity,
     AuthorizedRecipients,
     Domains,
+    Inbound,
     Suppressions,
     Templates,
     Transmissions,
@@ -120,6 +121,7 @@ class Layang:
         self.suppressions = Suppressions(self)
 
         self.webhooks = Webhooks(self)
+        self.inbound = Inbound(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -217,14 +217,13 @@ class RouteById(MethodView):
     @blp.response(200, RouteSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="No such route in this account.")
     def patch(self, data: dict[str, Any], route_id: str) -> Route:
-        """Change a route's URL or spam threshold (null removes it)"""
+        """Change a route's URL or spam threshold"""
         return update_route(
             g.account,
             route_id,
             service_config(),
             url=data.get("url"),
             spam_threshold=data.get("spam_threshold"),
-            clear_threshold="spam_threshold" in data and data["spam_threshold"] is None,
         )
 
     @blp.response(204)

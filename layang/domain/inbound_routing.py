@@ -369,7 +369,6 @@ def update_route(
     *,
     url: str | None = None,
     spam_threshold: float | None = None,
-    clear_threshold: bool = False,
 ) -> Route:
     """Change a route's URL (webhook routes only) or spam threshold. ``NotFound``,
     ``InvalidInput``."""
@@ -382,7 +381,7 @@ def update_route(
             WebhookEndpoint.update(url=url, updated_at=now_ms()).where(
                 WebhookEndpoint.id == row.endpoint_id
             ).execute()
-        if spam_threshold is not None or clear_threshold:
+        if spam_threshold is not None:
             InboundRoute.update(spam_threshold=spam_threshold).where(
                 InboundRoute.id == row.id
             ).execute()
