@@ -207,6 +207,7 @@ def _queue_warning(account_id: int, at: int, detail: str) -> None:
     )
 
 
+
 # Recording judges at once when a bounce or complaint is recorded (what raises a rate); after
 # deliveries alone (which only lower it, or bring the volume to the minimum) at most this
 # often per account and domain in one process.
