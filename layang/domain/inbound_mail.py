@@ -218,7 +218,9 @@ def _get(account: Account, message_id: str) -> InboundEmail:
 def _status(row: InboundEmail, deliveries: dict[str, str]) -> str:
     if row.delivery_id is None:
         return HELD
-    return deliveries.get(row.delivery_id, "delivered")
+    # Settled deliveries are cleared only with their message (both after 30 days): one that is
+    # gone went with its route, before it was delivered as far as is known.
+    return deliveries.get(row.delivery_id, "failed")
 
 
 def _shown(
