@@ -218,8 +218,9 @@ def _get(account: Account, message_id: str) -> InboundEmail:
 def _status(row: InboundEmail, deliveries: dict[str, str]) -> str:
     if row.delivery_id is None:
         return HELD
-    # Settled deliveries are cleared only with their message (both after 30 days): one that is
-    # gone went with its route, before it was delivered as far as is known.
+    # A delivery is gone when its route was deleted, or 30 days after it settled (a longer
+    # LAYANG_INBOUND_RETENTION_DAYS outlives it): "failed" never claims a post not known to
+    # have happened.
     return deliveries.get(row.delivery_id, "failed")
 
 
