@@ -344,6 +344,50 @@ CREATE SEQUENCE "idempotency_key_id_seq" AS integer OWNED BY "idempotency_key"."
 CREATE UNIQUE INDEX idempotency_key_account_id_key ON public.idempotency_key USING btree (account_id, key);
 CREATE INDEX idempotency_key_expires_at ON public.idempotency_key USING btree (expires_at);
 
+CREATE TABLE "inbound_domain" (
+    "id" integer DEFAULT nextval('inbound_domain_id_seq'::regclass) NOT NULL,
+    "account_id" integer NOT NULL,
+    "domain" character varying(253) NOT NULL,
+    "status" character varying(16) NOT NULL,
+    "records" text NOT NULL,
+    "created_at" bigint NOT NULL,
+    "checked_at" bigint,
+    "verified_at" bigint,
+    CONSTRAINT "inbound_domain_pkey" PRIMARY KEY (id),
+    CONSTRAINT "inbound_domain_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+);
+CREATE SEQUENCE "inbound_domain_id_seq" AS integer OWNED BY "inbound_domain"."id";
+CREATE INDEX inbound_domain_account_id ON public.inbound_domain USING btree (account_id);
+CREATE UNIQUE INDEX inbound_domain_account_id_domain ON public.inbound_domain USING btree (account_id, domain);
+CREATE UNIQUE INDEX inbound_domain_verified_domain ON public.inbound_domain USING btree (domain) WHERE ((status)::text = 'verified'::text);
+
+CREATE TABLE "inbound_email" (
+    "id" character varying(26) NOT NULL,
+    "account_id" integer NOT NULL,
+    "route_id" character varying(26),
+    "route_match" character varying(320) NOT NULL,
+    "action" character varying(16) NOT NULL,
+    "received_at" bigint NOT NULL,
+    "mail_from" character varying(512) NOT NULL,
+    "rcpt_to" text NOT NULL,
+    "from_header" text NOT NULL,
+    "subject" text NOT NULL,
+    "size" integer NOT NULL,
+    "spam_score" real,
+    "note" text,
+    "payload" text NOT NULL,
+    "raw" bytea NOT NULL,
+    "delivery_id" character varying(26),
+    "deliveries" text NOT NULL,
+    CONSTRAINT "inbound_email_pkey" PRIMARY KEY (id),
+    CONSTRAINT "inbound_email_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
+    CONSTRAINT "inbound_email_route_id_fkey" FOREIGN KEY (route_id) REFERENCES inbound_route(id) ON DELETE SET NULL
+);
+CREATE INDEX inbound_email_account_id ON public.inbound_email USING btree (account_id);
+CREATE INDEX inbound_email_account_id_id ON public.inbound_email USING btree (account_id, id);
+CREATE INDEX inbound_email_received_at ON public.inbound_email USING btree (received_at);
+CREATE INDEX inbound_email_route_id ON public.inbound_email USING btree (route_id);
+
 CREATE TABLE "inbound_message" (
     "id" integer DEFAULT nextval('inbound_message_id_seq'::regclass) NOT NULL,
     "received_at" bigint NOT NULL,
@@ -356,6 +400,25 @@ CREATE TABLE "inbound_message" (
 );
 CREATE SEQUENCE "inbound_message_id_seq" AS integer OWNED BY "inbound_message"."id";
 CREATE INDEX inbound_message_received_at ON public.inbound_message USING btree (received_at);
+
+CREATE TABLE "inbound_route" (
+    "id" character varying(26) NOT NULL,
+    "account_id" integer NOT NULL,
+    "domain_id" integer NOT NULL,
+    "local_part" character varying(64) NOT NULL,
+    "action" character varying(16) NOT NULL,
+    "endpoint_id" character varying(26),
+    "spam_threshold" real,
+    "created_at" bigint NOT NULL,
+    CONSTRAINT "inbound_route_pkey" PRIMARY KEY (id),
+    CONSTRAINT "inbound_route_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
+    CONSTRAINT "inbound_route_domain_id_fkey" FOREIGN KEY (domain_id) REFERENCES inbound_domain(id) ON DELETE CASCADE,
+    CONSTRAINT "inbound_route_endpoint_id_fkey" FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(id) ON DELETE SET NULL
+);
+CREATE INDEX inbound_route_account_id ON public.inbound_route USING btree (account_id);
+CREATE INDEX inbound_route_domain_id ON public.inbound_route USING btree (domain_id);
+CREATE UNIQUE INDEX inbound_route_domain_id_local_part ON public.inbound_route USING btree (domain_id, local_part);
+CREATE INDEX inbound_route_endpoint_id ON public.inbound_route USING btree (endpoint_id);
 
 CREATE TABLE "membership" (
     "id" integer DEFAULT nextval('membership_id_seq'::regclass) NOT NULL,
@@ -719,6 +782,7 @@ CREATE TABLE "webhook_delivery" (
 );
 CREATE INDEX webhook_delivery_endpoint_id ON public.webhook_delivery USING btree (endpoint_id);
 CREATE INDEX webhook_delivery_next_attempt_at ON public.webhook_delivery USING btree (next_attempt_at);
+CREATE INDEX webhook_delivery_pending_endpoint_id ON public.webhook_delivery USING btree (endpoint_id, id) WHERE ((status)::text = 'pending'::text);
 CREATE TRIGGER webhook_delivery_notify AFTER INSERT ON public.webhook_delivery REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook_notify();
 
 CREATE TABLE "webhook_endpoint" (
@@ -735,6 +799,7 @@ CREATE TABLE "webhook_endpoint" (
     "disabled_at" bigint,
     "disabled_reason" text,
     "failing_since" bigint,
+    "kind" character varying(16) DEFAULT 'events'::character varying NOT NULL,
     CONSTRAINT "webhook_endpoint_pkey" PRIMARY KEY (id),
     CONSTRAINT "webhook_endpoint_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
 );
@@ -959,6 +1024,17 @@ CREATE TABLE "idempotency_key" (
 CREATE UNIQUE INDEX "idempotency_key_account_id_key" ON "idempotency_key" ("account_id", "key");
 CREATE INDEX "idempotency_key_expires_at" ON "idempotency_key" ("expires_at");
 
+CREATE TABLE "inbound_domain" ("id" INTEGER NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain" VARCHAR(253) NOT NULL, "status" VARCHAR(16) NOT NULL, "records" TEXT NOT NULL, "created_at" INTEGER NOT NULL, "checked_at" INTEGER, "verified_at" INTEGER);
+CREATE INDEX "inbound_domain_account_id" ON "inbound_domain" ("account_id");
+CREATE UNIQUE INDEX "inbound_domain_account_id_domain" ON "inbound_domain" ("account_id", "domain");
+CREATE UNIQUE INDEX "inbound_domain_verified_domain" ON "inbound_domain" ("domain") WHERE "status" = 'verified';
+
+CREATE TABLE "inbound_email" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "route_id" VARCHAR(26) REFERENCES "inbound_route" ("id") ON DELETE SET NULL, "route_match" VARCHAR(320) NOT NULL, "action" VARCHAR(16) NOT NULL, "received_at" INTEGER NOT NULL, "mail_from" VARCHAR(512) NOT NULL, "rcpt_to" TEXT NOT NULL, "from_header" TEXT NOT NULL, "subject" TEXT NOT NULL, "size" INTEGER NOT NULL, "spam_score" REAL, "note" TEXT, "payload" TEXT NOT NULL, "raw" BLOB NOT NULL, "delivery_id" VARCHAR(26), "deliveries" TEXT NOT NULL);
+CREATE INDEX "inbound_email_account_id" ON "inbound_email" ("account_id");
+CREATE INDEX "inbound_email_account_id_id" ON "inbound_email" ("account_id", "id");
+CREATE INDEX "inbound_email_received_at" ON "inbound_email" ("received_at");
+CREATE INDEX "inbound_email_route_id" ON "inbound_email" ("route_id");
+
 CREATE TABLE "inbound_message" (
     "id" INTEGER NOT NULL PRIMARY KEY,
     "received_at" INTEGER NOT NULL,
@@ -968,6 +1044,12 @@ CREATE TABLE "inbound_message" (
     "raw" BLOB NOT NULL,
     "reason" TEXT NOT NULL);
 CREATE INDEX "inbound_message_received_at" ON "inbound_message" ("received_at");
+
+CREATE TABLE "inbound_route" ("id" VARCHAR(26) NOT NULL PRIMARY KEY, "account_id" INTEGER NOT NULL REFERENCES "account" ("id") ON DELETE CASCADE, "domain_id" INTEGER NOT NULL REFERENCES "inbound_domain" ("id") ON DELETE CASCADE, "local_part" VARCHAR(64) NOT NULL, "action" VARCHAR(16) NOT NULL, "endpoint_id" VARCHAR(26) REFERENCES "webhook_endpoint" ("id") ON DELETE SET NULL, "spam_threshold" REAL, "created_at" INTEGER NOT NULL);
+CREATE INDEX "inbound_route_account_id" ON "inbound_route" ("account_id");
+CREATE INDEX "inbound_route_domain_id" ON "inbound_route" ("domain_id");
+CREATE UNIQUE INDEX "inbound_route_domain_id_local_part" ON "inbound_route" ("domain_id", "local_part");
+CREATE INDEX "inbound_route_endpoint_id" ON "inbound_route" ("endpoint_id");
 
 CREATE TABLE "membership" (
     "id" INTEGER NOT NULL PRIMARY KEY,
@@ -1267,6 +1349,7 @@ CREATE TABLE "webhook_delivery" (
     FOREIGN KEY ("endpoint_id") REFERENCES "webhook_endpoint" ("id") ON DELETE CASCADE);
 CREATE INDEX "webhook_delivery_endpoint_id" ON "webhook_delivery" ("endpoint_id");
 CREATE INDEX "webhook_delivery_next_attempt_at" ON "webhook_delivery" ("next_attempt_at");
+CREATE INDEX "webhook_delivery_pending_endpoint_id" ON "webhook_delivery" ("endpoint_id", "id") WHERE "status" = 'pending';
 
 CREATE TABLE "webhook_endpoint" (
     "id" VARCHAR(26) NOT NULL PRIMARY KEY,
@@ -1281,7 +1364,7 @@ CREATE TABLE "webhook_endpoint" (
     "updated_at" INTEGER NOT NULL,
     "disabled_at" INTEGER,
     "disabled_reason" TEXT,
-    "failing_since" INTEGER,
+    "failing_since" INTEGER, "kind" VARCHAR(16) NOT NULL DEFAULT 'events',
     FOREIGN KEY ("account_id") REFERENCES "account" ("id") ON DELETE CASCADE);
 CREATE INDEX "webhook_endpoint_account_id" ON "webhook_endpoint" ("account_id");
 

@@ -468,6 +468,13 @@ class Config:
     pause_transactional: bool = _setting("LAYANG_PAUSE_TRANSACTIONAL", _boolean, default=False)
     inbound_keep_days: int = _setting("LAYANG_INBOUND_KEEP_DAYS", _integer, default=7)
     inbound_keep_mb: int = _setting("LAYANG_INBOUND_KEEP_MB", _integer, default=100)
+    inbound_hostname: str = _setting(
+        "LAYANG_INBOUND_HOSTNAME", _text, shown="LAYANG_INBOUND_HOST", default=""
+    )
+    inbound_inline_mb: int = _setting("LAYANG_INBOUND_INLINE_MB", _integer, default=10)
+    inbound_retention_days: int = _setting("LAYANG_INBOUND_RETENTION_DAYS", _integer, default=30)
+    inbound_max_mb: int = _setting("LAYANG_INBOUND_MAX_MB", _integer, default=40)
+    spamd: str = _setting("LAYANG_SPAMD", _bind, shown="unset (no spam score)", default="")
     http_body_budget_mb: int = _setting("LAYANG_HTTP_BODY_BUDGET_MB", _integer, default=256)
     # Retention (docs/deploy.md, "What is kept, and for how long"): activity records, events and
     # webhook history are kept retention_days; a message's content content_retention_days after

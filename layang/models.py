@@ -450,6 +450,10 @@ class WebhookEndpoint(BaseModel):
     disabled_at = peewee.BigIntegerField(null=True)
     disabled_reason = peewee.TextField(null=True)
     failing_since = peewee.BigIntegerField(null=True)
+    # "events" for the account's webhooks; "inbound" for the endpoint an inbound route posts to.
+    kind = peewee.CharField(
+        max_length=16, default="events", constraints=[peewee.SQL("DEFAULT 'events'")]
+    )
 
 
 class WebhookEvent(BaseModel):
@@ -488,6 +492,17 @@ class WebhookDelivery(BaseModel):
     next_attempt_at = peewee.BigIntegerField(null=True, index=True)
     lease_owner = peewee.CharField(max_length=64, null=True)
     lease_expires_at = peewee.BigIntegerField(null=True)
+
+
+# A route's deliveries go one at a time: a claim asks whether an older one is pending.
+WebhookDelivery.add_index(
+    WebhookDelivery.index(
+        WebhookDelivery.endpoint,
+        WebhookDelivery.id,
+        where=WebhookDelivery.status == WEBHOOK_PENDING,
+        name="webhook_delivery_pending_endpoint_id",
+    )
+)
 
 
 class WebhookAttempt(BaseModel):
@@ -916,3 +931,82 @@ class Passkey(BaseModel):
 
 
 MODELS.append(Passkey)
+# Inbound routing (docs/api.md, "Inbound routing").
+INBOUND_WEBHOOK = "webhook"
+INBOUND_HOLD = "hold"
+INBOUND_REJECT = "reject"
+INBOUND_ACTIONS = (INBOUND_WEBHOOK, INBOUND_HOLD, INBOUND_REJECT)
+
+
+class InboundDomain(BaseModel):
+    """A domain whose mail an account receives here; ``verified`` once its MX names this
+    service's inbound host. Like sending domains, one verified row per ``domain``."""
+
+    account = peewee.ForeignKeyField(Account, backref="inbound_domains", on_delete="CASCADE")
+    domain = peewee.CharField(max_length=253)
+    status = peewee.CharField(max_length=16, default=PENDING)
+    records = peewee.TextField(default="[]")
+    created_at = peewee.BigIntegerField(default=now_ms)
+    checked_at = peewee.BigIntegerField(null=True)
+    verified_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        indexes = ((("account", "domain"), True),)
+
+
+InboundDomain.add_index(
+    InboundDomain.index(
+        InboundDomain.domain,
+        unique=True,
+        where=InboundDomain.status == VERIFIED,
+        name="inbound_domain_verified_domain",
+    )
+)
+
+
+class InboundRoute(BaseModel):
+    """Where mail to ``local_part@domain`` goes (``*`` for any local part of the domain).
+    A ``webhook`` route posts through ``endpoint`` (a ``kind = 'inbound'`` endpoint)."""
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE")
+    domain = peewee.ForeignKeyField(InboundDomain, backref="routes", on_delete="CASCADE")
+    local_part = peewee.CharField(max_length=64)
+    action = peewee.CharField(max_length=16)
+    endpoint = peewee.ForeignKeyField(WebhookEndpoint, null=True, on_delete="SET NULL")
+    spam_threshold = peewee.FloatField(null=True)
+    created_at = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("domain", "local_part"), True),)
+
+
+class InboundEmail(BaseModel):
+    """One message received for one route, as received (``raw``) and as posted (``payload``,
+    the webhook's body); ``delivery_id`` is its latest webhook delivery, if any."""
+
+    id = peewee.CharField(primary_key=True, max_length=26, default=new_id)
+    account = peewee.ForeignKeyField(Account, on_delete="CASCADE")
+    route = peewee.ForeignKeyField(InboundRoute, null=True, on_delete="SET NULL")
+    route_match = peewee.CharField(max_length=320)
+    action = peewee.CharField(max_length=16)
+    received_at = peewee.BigIntegerField(index=True)
+    mail_from = peewee.CharField(max_length=512)
+    rcpt_to = peewee.TextField()
+    from_header = peewee.TextField()
+    subject = peewee.TextField()
+    size = peewee.IntegerField()
+    spam_score = peewee.FloatField(null=True)
+    # Why a message of a webhook route was held instead (its spam score passed the threshold).
+    note = peewee.TextField(null=True)
+    payload = peewee.TextField()
+    raw = peewee.BlobField()
+    delivery_id = peewee.CharField(max_length=26, null=True)
+    # Every delivery made for it, oldest first (the first, then one per retry from the API).
+    deliveries = peewee.TextField(default="[]")
+
+    class Meta:
+        indexes = ((("account", "id"), False),)
+
+
+MODELS.extend([InboundDomain, InboundRoute, InboundEmail])

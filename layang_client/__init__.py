@@ -54,6 +54,7 @@ from layang_client.resources import (
     Activity,
     AuthorizedRecipients,
     Domains,
+    Inbound,
     Suppressions,
     Templates,
     Transmissions,

@@ -39,6 +39,7 @@ from layang_client.resources import (
     Activity,
     AuthorizedRecipients,
     Domains,
+    Inbound,
     Suppressions,
     Templates,
     TrackingDomains,
@@ -126,6 +127,7 @@ class Layang:
         self.suppressions = Suppressions(self)
 
         self.webhooks = Webhooks(self)
+        self.inbound = Inbound(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -87,6 +87,11 @@ DOCUMENTED = {
     "ehlo_name": "",
     "console_key_signin": None,
     "console_mail_from": "",
+    "inbound_hostname": "",
+    "inbound_inline_mb": 10,
+    "inbound_retention_days": 30,
+    "inbound_max_mb": 40,
+    "spamd": "",
 }
 
 
@@ -178,6 +183,11 @@ def test_every_setting_reads_its_documented_variable(empty_dir):
         "LAYANG_DKIM_ED25519": "true",
         "LAYANG_RETENTION_DAYS": "30",
         "LAYANG_CONTENT_RETENTION_DAYS": "0",
+        "LAYANG_INBOUND_HOSTNAME": "mx.inbound.example.com",
+        "LAYANG_INBOUND_INLINE_MB": "5",
+        "LAYANG_INBOUND_RETENTION_DAYS": "14",
+        "LAYANG_INBOUND_MAX_MB": "30",
+        "LAYANG_SPAMD": "127.0.0.1:783",
     }
     config = Config.from_env(environ, dotenv=False)
     defaults = Config(secret_key="x")

@@ -113,6 +113,7 @@ def init_api(app: flask.Flask) -> None:
         audit,
         authorized_recipients,
         domains,
+        inbound,
         queue,
         recipients,
         suppressions,
@@ -139,10 +140,11 @@ def init_api(app: flask.Flask) -> None:
                 "stored templates, every email's activity and events, sandbox authorized "
                 "recipients, sending domains with DKIM, suppressions (the suppression list), "
                 "webhooks, tracking domains (your own name for tracked links), the queue (mail "
-                "waiting, by recipient domain and its site), the account's retention, erasing a "
-                "recipient's data, the team (invitations of people to the console) and the audit "
-                "log of changes. Sends may be scheduled, batched, tagged and personalised per "
-                "recipient. "
+                "waiting, by recipient domain and its site), inbound routing (mail to your own "
+                "domains, posted to your endpoint as signed JSON), the account's retention, "
+                "erasing a recipient's data, the team (invitations of people to the console) and "
+                "the audit log of changes. Sends may be scheduled, batched, tagged and personalised "
+                "per recipient. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],
@@ -165,6 +167,7 @@ def init_api(app: flask.Flask) -> None:
         audit,
         team,
         tracking_domains,
+        inbound,
     ):
         api.register_blueprint(module.blp, url_prefix="/v1/layang")
     app.before_request(authenticate_request)

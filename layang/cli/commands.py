@@ -124,6 +124,7 @@ DELIVERY = (
     "mx_transaction_seconds",
     *BREAKER_THRESHOLDS,  # a recorded batch that crosses a threshold raises the Warning
     *("retention_days", "content_retention_days"),  # retention runs every few minutes
+    "inbound_retention_days",  # routed inbound mail older is cleared by the worker's chores
 )
 # Checked by every command before it starts (layang.serving.preflight).
 EVERY_COMMAND = ("shaping_file", "secret_key")
@@ -135,11 +136,16 @@ INBOUND_SETTINGS = (
     "inbound_keep_days",
     "inbound_keep_mb",
     *BREAKER_THRESHOLDS,  # a bounce or complaint report that crosses one raises the Warning
+    # Inbound routing: the size accepted, where SPF/DKIM/DMARC are looked up, spamd, what is
+    # posted inline, and the STARTTLS certificate.
+    *("inbound_max_mb", "dns_resolver", "spamd", "inbound_inline_mb"),
+    *("smtp_tls_cert", "smtp_tls_key"),
 )
 DOMAINS = (
     "dkim_ed25519",
     "dns_resolver",
     "inbound_host",
+    "inbound_hostname",  # the MX of inbound routing's domains
     "public_url",
     "relay_url",
     "secret_key",

@@ -31,6 +31,8 @@ ALL_EVENTS = "*"
 # The type of the event ``send_test`` queues.
 TEST_EVENT = "Test"
 ROTATION_GRACE_MS = 24 * 3600 * 1000
+# The endpoints listed here; inbound routes post through endpoints of their own kind.
+EVENTS_KIND = "events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +106,16 @@ def _checked_url(url: str, config: Config) -> str:
 
 def _get(account: Account, endpoint_id: str) -> WebhookEndpoint:
     row = WebhookEndpoint.get_or_none(
-        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.account == account.id)
+        (WebhookEndpoint.id == endpoint_id)
+        & (WebhookEndpoint.account == account.id)
+        & (WebhookEndpoint.kind == EVENTS_KIND)
     )
     if row is None:
         raise NotFound(f"No webhook endpoint {endpoint_id!r}.")
     return row
 
 
-def _sealed(secret: str, endpoint_id: str, config: Config) -> bytes:
+def sealed_secret(secret: str, endpoint_id: str, config: Config) -> bytes:
     return sealing.seal(secret.encode(), config.secret_key, secret_context(endpoint_id))
 
 
@@ -132,7 +136,7 @@ def create_endpoint(
         url=url,
         description=description,
         events=stored,
-        secret=_sealed(secret, endpoint_id, config),
+        secret=sealed_secret(secret, endpoint_id, config),
         created_at=now,
         updated_at=now,
     )
@@ -143,7 +147,9 @@ def list_endpoints(
     account: Account, *, limit: int = 50, cursor: str | None = None
 ) -> Page[Endpoint]:
     """One page of the account's endpoints, newest first."""
-    query = WebhookEndpoint.select().where(WebhookEndpoint.account == account.id)
+    query = WebhookEndpoint.select().where(
+        (WebhookEndpoint.account == account.id) & (WebhookEndpoint.kind == EVENTS_KIND)
+    )
     return keyset_page(query, WebhookEndpoint.id, limit=limit, cursor=cursor).map(_shown)
 
 
@@ -219,7 +225,7 @@ def rotate_secret(account: Account, endpoint_id: str, config: Config) -> Endpoin
         row = _get(account, endpoint_id)
         now = now_ms()
         WebhookEndpoint.update(
-            secret=_sealed(secret, row.id, config),
+            secret=sealed_secret(secret, row.id, config),
             previous_secret=row.secret,
             previous_secret_expires_at=now + ROTATION_GRACE_MS,
             updated_at=now,

@@ -3,7 +3,7 @@
 A report arrives as an attachment (or the body) holding XML, gzip'd XML or a zip of XML files,
 from anyone, so every step is bounded, and the whole read runs in the inbound server's parsing
 children under their CPU-time and memory limits (``layang.inbound.parsing``). The compressed
-data is what the inbound server accepted (``MAX_MESSAGE_BYTES``); its MIME shape is measured
+data is what the inbound server accepted (``LAYANG_INBOUND_MAX_MB``); its MIME shape is measured
 before it is parsed (``layang.inbound.reports.mime_shape_problem``). The XML is never held
 whole: it is inflated in pieces of ``CHUNK_BYTES`` and fed to defusedxml's incremental parser
 (DTDs, entities and external references forbidden), which builds one ``<record>`` at a time.

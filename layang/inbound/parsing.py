@@ -10,8 +10,9 @@ DMARC report) and kept for inspection. A child's address space is limited to
 ``PARSE_MEMORY_BYTES``: a parse that wants more fails with ``MemoryError`` in the child, which
 is only mail that could not be read.
 
-Both kinds of mail strangers send are read there: bounce and complaint reports
-(``layang.inbound.reports``) and DMARC aggregate reports (``layang.inbound.dmarc_reports``).
+Every kind of mail strangers send is read there: bounce and complaint reports
+(``layang.inbound.reports``), DMARC aggregate reports (``layang.inbound.dmarc_reports``) and
+mail for inbound routes (``layang.mail.received``).
 The exchange is a frame each way over the child's stdin and stdout: the kind of reading and
 the message's length, then its bytes, in; the pickled result out (parent and child are the
 same code).
@@ -36,6 +37,7 @@ from typing import BinaryIO
 from layang.domain.dmarc import AggregateReport
 from layang.domain.feedback import Report, Unrecognised
 from layang.inbound.dmarc_reports import NotAReport
+from layang.mail.received import ReceivedMail
 
 log = logging.getLogger("layang.inbound")
 
@@ -49,11 +51,15 @@ _FRAME = struct.Struct(">Q")
 _REQUEST = struct.Struct(">cQ")
 REPORT = b"r"
 DMARC = b"d"
+ROUTED = b"i"
 DmarcResult = list[AggregateReport] | NotAReport
+Read = Report | DmarcResult | ReceivedMail
 
 
-def _unread(kind: bytes, reason: str) -> Report | DmarcResult:
+def _unread(kind: bytes, reason: str) -> Read:
     """What a message of ``kind`` that could not be read is."""
+    if kind == ROUTED:
+        return ReceivedMail(problem=reason)
     return NotAReport(reason) if kind == DMARC else Unrecognised(reason)
 
 
@@ -70,7 +76,7 @@ class _Child:
         self.memory_bytes = memory_bytes
         self.process: subprocess.Popen[bytes] | None = None
 
-    def read(self, data: bytes, kind: bytes) -> Report | DmarcResult:
+    def read(self, data: bytes, kind: bytes) -> Read:
         if self.process is None or self.process.poll() is not None:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(self.cpu_seconds), str(self.memory_bytes)],
@@ -86,7 +92,7 @@ class _Child:
             process.stdin.write(_REQUEST.pack(kind, len(data)) + data)
             process.stdin.flush()
             size = _FRAME.unpack(_read_exactly(process.stdout, _FRAME.size, deadline))[0]
-            found: Report | DmarcResult = pickle.loads(  # noqa: S301 - our own child
+            found: Read = pickle.loads(  # noqa: S301 - our own child
                 _read_exactly(process.stdout, size, deadline)
             )
             return found
@@ -161,7 +167,14 @@ class ReportReader:
         assert isinstance(found, (list, NotAReport))
         return found
 
-    def _read(self, data: bytes, kind: bytes) -> Report | DmarcResult:
+    def read_routed(self, data: bytes) -> ReceivedMail:
+        """What the endpoint of a route is told of ``data`` (a whole message as received):
+        :func:`layang.mail.received.read_received`."""
+        found = self._read(data, ROUTED)
+        assert isinstance(found, ReceivedMail)
+        return found
+
+    def _read(self, data: bytes, kind: bytes) -> Read:
         child = self._idle.get()
         try:
             return child.read(data, kind)
@@ -177,6 +190,9 @@ def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
     """The child's loop: read a frame, parse it under the CPU limit, answer, until EOF."""
     from layang.inbound.dmarc_reports import read_aggregate_reports
     from layang.inbound.reports import read_report
+    from layang.mail.received import read_received
+
+    readers = {DMARC: read_aggregate_reports, ROUTED: read_received, REPORT: read_report}
 
     def spent(signum: int, frame: FrameType | None) -> None:
         raise _CpuSpent
@@ -188,11 +204,11 @@ def _serve(cpu_seconds: float, stdin: BinaryIO, stdout: BinaryIO) -> None:
             return
         kind, size = _REQUEST.unpack(head)
         data = stdin.read(size)
-        found: Report | DmarcResult
+        found: Read
         try:
             signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
             try:
-                found = read_aggregate_reports(data) if kind == DMARC else read_report(data)
+                found = readers.get(kind, read_report)(data)
             finally:
                 signal.setitimer(signal.ITIMER_PROF, 0)
         except _CpuSpent:

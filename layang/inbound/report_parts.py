@@ -11,8 +11,8 @@ from email.parser import HeaderParser
 
 from selectolax.lexbor import LexborHTMLParser
 
-MAX_PARTS = 100
-"""Parts a message may have to be parsed: a report has three; more is not a report."""
+from layang.mail.mime_shape import MAX_PARTS
+
 _ADDRESS = re.compile(r"<?([^<>\s]+@[^<>\s]+)>?")
 _TOKEN = re.compile(r"^[a-z2-7]{42}$", re.IGNORECASE)
 # The original message's types: RFC 3462/6522 and RFC 6533's internationalised forms.

@@ -1,8 +1,9 @@
 """The inbound SMTP server (``layang inbound``): the MX of the return-path domains.
 
-Plain SMTP, no AUTH: anyone may send, but only to the addresses the domain layer knows
-(``layang.domain.feedback.mailbox_for``, and the ``u+<token>@`` unsubscribe addresses of
-``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it); everything else is
+Plain SMTP (STARTTLS offered), no AUTH: anyone may send, but only to the addresses the domain
+layer knows (``layang.domain.feedback.mailbox_for``, the ``u+<token>@`` unsubscribe addresses
+of ``List-Unsubscribe``: any mail to one unsubscribes, as RFC 2369 has it, and the addresses of
+the accounts' inbound routes, ``layang.domain.inbound_routing``); everything else is
 ``550 5.1.1`` at RCPT. A message
 is answered ``250`` once it is recorded or kept, whatever it contains; only a database outage
 gets a ``451`` (the sender tries again later). Database work runs in worker threads
@@ -23,17 +24,22 @@ from layang.db import UNAVAILABLE_ERRORS, database
 from layang.domain.dmarc import reporting_domain, store_reports
 from layang.domain.errors import NotFound
 from layang.domain.feedback import Mailbox, keep_unrecognised, mailbox_for, record_inbound
+from layang.domain.inbound_mail import Arrival, store_received
+from layang.domain.inbound_routing import RouteTarget, route_for
 from layang.domain.suppressions import find_unsubscribe, unsubscribe
+from layang.inbound.authentication import Authenticator
 from layang.inbound.dmarc_reports import NotAReport
 from layang.inbound.parsing import ReportReader
+from layang.inbound.spamd import spam_score
 from layang.mail.return_path import ReturnPaths
 from layang.mail.unsubscribe import UnsubscribeTokens
+from layang.models import INBOUND_REJECT
 from layang.smtp_server.capped import CappedSMTP, ListeningController
 from layang.smtp_server.limits import ConnectionLimits
+from layang.submission.tls import server_tls_context
 
 log = logging.getLogger("layang.inbound")
 
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 MAX_RECIPIENTS = 20
 IDLE_TIMEOUT_SECONDS = 60.0
 MAX_CONNECTIONS = 200
@@ -50,6 +56,7 @@ class InboundHandler:
             config.secret_key, config.public_url, config.bounce_domain
         )
         self.reader = ReportReader()
+        self.authenticator = Authenticator(config)
 
     async def handle_RCPT(
         self,
@@ -62,6 +69,8 @@ class InboundHandler:
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
+            # Layang's own mailboxes come first: no inbound route can take a bounce, a report
+            # or an unsubscribe meant for the service.
             token = await asyncio.to_thread(self._unsubscribe_token, address)
             if token is not None:
                 tokens: list[str] = envelope.__dict__.setdefault("unsubscribes", [])
@@ -70,11 +79,20 @@ class InboundHandler:
                     envelope.rcpt_tos.append(address)
                 return "250 2.1.5 OK"
             mailbox = await asyncio.to_thread(self._mailbox, address)
+            target = None if mailbox is not None else await asyncio.to_thread(self._route, address)
         except UNAVAILABLE_ERRORS:
             return "451 4.3.0 Temporary failure checking the recipient; try again later"
         except Exception:
             log.exception("could not check an inbound recipient")
             return "451 4.3.0 Temporary failure checking the recipient; try again later"
+        if isinstance(target, RouteTarget):
+            if target.action == INBOUND_REJECT:
+                return f"550 5.7.1 <{address}>: the recipient refuses this mail"
+            routed: dict[str, list[RouteTarget]] = envelope.__dict__.setdefault("routed", {})
+            if address.lower() not in {a.lower() for a in envelope.rcpt_tos}:
+                routed.setdefault(target.route_id, []).append(target)
+                envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
         if mailbox is None:
             return f"550 5.1.1 <{address}>: no such recipient here"
         mailboxes: dict[str, Mailbox] = envelope.__dict__.setdefault("mailboxes", {})
@@ -82,6 +100,10 @@ class InboundHandler:
             mailboxes[address.lower()] = mailbox
             envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
+
+    def _route(self, address: str) -> RouteTarget | bool | None:
+        database.connect(reuse_if_open=True)
+        return route_for(address)
 
     def _unsubscribe_token(self, address: str) -> str | None:
         """The token of a ``u+<token>@`` address whose email exists, else None."""
@@ -102,8 +124,14 @@ class InboundHandler:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         mailboxes = list(envelope.__dict__.get("mailboxes", {}).values())
         tokens = list(envelope.__dict__.get("unsubscribes", []))
+        routed: dict[str, list[RouteTarget]] = envelope.__dict__.get("routed", {})
         data = envelope.original_content or b""
+        client = (session.peer[0] if isinstance(session.peer, tuple) else "", session.host_name)
         try:
+            if routed:
+                await asyncio.to_thread(
+                    self._receive_routed, envelope.mail_from or "", client, routed, data
+                )
             await asyncio.to_thread(
                 self._receive, envelope.mail_from or "", mailboxes, tokens, data
             )
@@ -131,6 +159,22 @@ class InboundHandler:
         if mailboxes:
             report = self.reader.read(data)
             record_inbound(report, mailboxes, mail_from, data, self.paths, self.config)
+
+    def _receive_routed(
+        self,
+        mail_from: str,
+        client: tuple[str, str | None],
+        routed: dict[str, list[RouteTarget]],
+        data: bytes,
+    ) -> None:
+        """Read, check and score the message, then store it for each route (before ``250``)."""
+        parsed = self.reader.read_routed(data)
+        authentication = self.authenticator.check(data, client[0], mail_from, client[1] or "")
+        score = spam_score(self.config.spamd, data) if self.config.spamd else None
+        recipients = tuple(t.address for targets in routed.values() for t in targets)
+        arrival = Arrival(mail_from, recipients, data, parsed, authentication.as_json(), score)
+        database.connect(reuse_if_open=True)
+        store_received(arrival, routed, self.config)
 
     def _receive_dmarc(self, mail_from: str, mailboxes: list[Mailbox], data: bytes) -> None:
         found = self.reader.read_dmarc(data)
@@ -169,7 +213,10 @@ def inbound_server(config: Config, listener: socket.socket | None = None) -> Inb
         hostname=host,
         port=port,
         server_hostname=socket.gethostname(),
-        data_size_limit=MAX_MESSAGE_BYTES,
+        # Offered, never required: an MX must take mail from servers without TLS too.
+        tls_context=server_tls_context(config),
+        require_starttls=False,
+        data_size_limit=config.inbound_max_mb * 1024 * 1024,
         enable_SMTPUTF8=False,
         auth_exclude_mechanism=["LOGIN", "PLAIN"],
         timeout=IDLE_TIMEOUT_SECONDS,

@@ -12,6 +12,7 @@ from layang.web import (
     consent_page,
     console,
     console_guardrails,
+    console_inbound,
     console_overview,
     console_people,
     console_queue,
@@ -45,6 +46,7 @@ console_scheduled.register(web)
 console_tracking_domains.register(web)
 console_webhooks.register(web)
 console_queue.register(web)
+console_inbound.register(web)
 console_security.register(web)
 console_guardrails.register(web)
 error_pages.register(web)

@@ -89,6 +89,10 @@ class Dispatcher:
         self.in_flight: dict[Future[Outcome], ClaimedDelivery] = {}
         self.formed = 0
         self.claimed_all = False
+        # Deliveries to inbound routes' endpoints, which go one at a time: when one finishes,
+        # the route's next is due at once, so the next round does not wait to gather events.
+        self.ordered: set[str] = set()
+        self.successor_due = False
 
     def run(self, stop: threading.Event) -> None:
         """Work until ``stop`` is set; the requests in flight finish and are recorded first."""
@@ -105,6 +109,9 @@ class Dispatcher:
         """How long to wait after a round: nothing while every slot was taken; a moment to let
         events gather into fuller requests while they trickle in; when idle, until events are
         stored or a retry is due (PostgreSQL notifies; SQLite polls)."""
+        if self.successor_due:
+            self.successor_due = False
+            return 0.0
         if not busy:
             self.wakeup.wait(self.poll, stop)
             return 0.0
@@ -173,6 +180,8 @@ class Dispatcher:
             else:
                 future = self.runtime.start(self.attempt(delivery, endpoint.url, signing))
             self.in_flight[future] = delivery
+            if endpoint.kind != "events":
+                self.ordered.add(delivery.id)
 
     async def attempt(self, delivery: ClaimedDelivery, url: str, signing: list[str]) -> Outcome:
         """One POST of ``delivery`` (on the event loop; touches no database)."""
@@ -214,5 +223,9 @@ class Dispatcher:
             outcomes = [future.result() for future in done]
             webhook_outbox.record_outcomes(self.owner, outcomes, self.policy)
             for future in done:
-                self.leases.drop([self.in_flight.pop(future).id])
+                finished = self.in_flight.pop(future).id
+                self.leases.drop([finished])
+                if finished in self.ordered:
+                    self.ordered.discard(finished)
+                    self.successor_due = True
         self.leases.renew_if_due()

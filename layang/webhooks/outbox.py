@@ -8,6 +8,10 @@ per endpoint, each with its body fixed, so that every retry sends the same bytes
 endpoint is in a delivery still pending: a recipient's events reach an endpoint in order, as
 long as their deliveries succeed (one that finally fails lets the later ones go).
 
+An inbound route's endpoint (``kind`` 'inbound') gets its deliveries one at a time, oldest
+first: a delivery is claimed only once every older one of its endpoint is delivered or failed,
+so a route's messages arrive in the order they were received.
+
 Deliveries are claimed as outbox mail is (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write
 lock on SQLite), held under a lease that the dispatcher renews, and taken over by another
 dispatcher when a dead one's lease runs out: at least once, and exactly once while dispatchers
@@ -242,6 +246,9 @@ SELECT "id", "endpoint_id", "account_id" FROM (
     FROM "webhook_delivery" d JOIN "webhook_endpoint" w ON w."id" = d."endpoint_id"
     WHERE d."next_attempt_at" <= ? AND (d."lease_expires_at" IS NULL OR d."lease_expires_at" < ?)
     AND w."disabled_at" IS NULL
+    AND (w."kind" = 'events' OR NOT EXISTS (
+        SELECT 1 FROM "webhook_delivery" p WHERE p."endpoint_id" = d."endpoint_id"
+        AND p."status" = 'pending' AND p."id" < d."id"))
 ) due WHERE "n" <= {ENDPOINT_IN_FLIGHT} ORDER BY "next_attempt_at" LIMIT {CANDIDATES}
 """
 

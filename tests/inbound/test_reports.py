@@ -380,13 +380,18 @@ def test_unrecognised_mail_is_accepted_and_listed_newest_first(
     assert [e["subject"] for e in inbound_list(config)] == ["Re: Your order", "A question"]
 
 
-def test_a_message_over_the_size_limit_is_refused(inbound):
+def test_a_message_over_the_size_limit_is_refused(config, app):
     big = b"Subject: big\r\n\r\n" + b"x" * (11 * 1024 * 1024)
+    inbound = inbound_server(
+        replace(config, inbound_bind=f"127.0.0.1:{free_port()}", inbound_max_mb=10)
+    )
+    inbound.start()
     with (
         smtplib.SMTP(inbound.hostname, inbound.port, local_hostname="mx.rcpt.test") as smtp,
         pytest.raises(smtplib.SMTPSenderRefused) as refused,
     ):
         smtp.sendmail("", ["fbl@bounces.127.0.0.1"], big)
+    inbound.stop()
     assert refused.value.smtp_code == 552
 
 
