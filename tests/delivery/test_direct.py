@@ -115,6 +115,10 @@ def test_every_behaviour_of_the_standard_zone(client, auth, mx_config, internet)
     status, detail = last_event(everyone["nxdomain"])
     assert (status, detail["code"], detail["bounceClass"]) == ("Bounce", 550, "hard")
     assert detail["reply"].startswith("550 5.1.2")
+    # An MX host that does not exist is an error to report at once (RFC 5321 section 5.1).
+    status, detail = last_event(everyone["mx_nxdomain"])
+    assert (status, detail["code"], detail["bounceClass"]) == ("Bounce", 550, "hard")
+    assert detail["reply"].startswith("550 5.1.2 Recipient domain ghost-mx.example has no usable")
     status, detail = last_event(everyone["servfail"])
     assert status == "Delay"  # never a fall-back to the A record
     assert not any("servfail" in a for a in delivered)
