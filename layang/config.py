@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import idna
 from dotenv import dotenv_values
 
 LOG_FORMATS = ("text", "json")
@@ -141,6 +142,7 @@ def parse_sources(raw: str, name: str) -> tuple[SourceAddress, ...]:
         ehlo = ehlo.strip().rstrip(".").lower()
         if ehlo and (any(c.isspace() for c in ehlo) or "." not in ehlo):
             raise ConfigError(f"{name}: {ehlo!r} is not a host name (the address's PTR name)")
+        ehlo = _a_labels(ehlo, name)
         sources.append(SourceAddress(str(parsed), ehlo))
     if not sources:
         raise ConfigError(f"{name} must list addresses as ip[=ehlo.name][,…]")
@@ -151,7 +153,20 @@ def _host_name(raw: str, name: str) -> str:
     value = raw.strip().rstrip(".").lower()
     if not value or any(c.isspace() for c in value) or "@" in value:
         raise ConfigError(f"{name} must be a host name (this host's PTR name), not {raw!r}")
-    return value
+    return _a_labels(value, name)
+
+
+def _a_labels(value: str, name: str) -> str:
+    """A host name as EHLO sends it: IDNA 2008 A-labels (UTS #46 mapping), as
+    ``layang.mail.idn.to_ascii`` does for every other domain."""
+    if value.isascii():
+        return value
+    try:
+        return idna.encode(value, uts46=True, transitional=False).decode("ascii")
+    except idna.IDNAError as error:
+        raise ConfigError(
+            f"{name}: {value!r} is not a valid host name (IDNA 2008: {error})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,7 @@ def _domain(raw: str, name: str) -> str:
     value = raw.strip().rstrip(".").lower()
     if "@" in value or not value or any(c.isspace() for c in value):
         raise ConfigError(f"{name} must be a domain name, not {raw!r}")
-    return value
+    return _a_labels(value, name)
 
 
 def _source_addresses(raw: str, name: str) -> tuple[tuple[str, str], ...]:

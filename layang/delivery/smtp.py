@@ -358,7 +358,7 @@ class SmtpSession:
             # message's time on a fast link.
             refused = self._unsendable(envelope, results)
             if refused is not None:
-                return _all(recipients, 0, refused, BOUNCED)
+                return _all(recipients, _code_of(refused), refused, BOUNCED)
             pending = [index for index, result in enumerate(results) if result is None]
             if not pending:
                 return _fill(recipients, results, 0, "no recipient was tried")
@@ -517,7 +517,9 @@ class SmtpSession:
         if "\r" in mail_from or "\n" in mail_from:
             return "invalid sender address (line break)"
         smtputf8 = self.has("SMTPUTF8")
-        no_utf8 = f"5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
+        # RFC 6531 section 3.4: a non-ASCII envelope address needs SMTPUTF8; without it that
+        # address cannot be given, and it is never mangled to fit.
+        no_utf8 = f"553 5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
         if not mail_from.isascii() and not smtputf8:
             return no_utf8
         if envelope.requiretls and not self.has("REQUIRETLS"):
@@ -527,7 +529,7 @@ class SmtpSession:
                 reason = "invalid recipient address (line break)"
                 results[index] = RecipientResult(recipient, 0, reason, BOUNCED)
             elif not recipient.isascii() and not smtputf8:
-                results[index] = RecipientResult(recipient, 0, no_utf8, BOUNCED)
+                results[index] = RecipientResult(recipient, 553, no_utf8, BOUNCED)
         return None
 
     def _mail_options(self, envelope: Envelope, message: bytes) -> str:
@@ -538,7 +540,10 @@ class SmtpSession:
             options.append("BODY=8BITMIME")
         addresses = (envelope.mail_from, *envelope.recipients)
         self._utf8 = False
-        if self.has("SMTPUTF8") and not all(a.isascii() for a in addresses):
+        # Header fields in UTF-8 (RFC 6532: a non-ASCII address in To or From) ask for it too.
+        if self.has("SMTPUTF8") and not (
+            all(a.isascii() for a in addresses) and _head(message).isascii()
+        ):
             options.append("SMTPUTF8")
             self._utf8 = True
         if envelope.requiretls:
@@ -621,6 +626,17 @@ def _about_the_pace(text: str) -> bool:
 
 def _base64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
+
+
+def _head(message: bytes) -> bytes:
+    """The header section of ``message`` (up to the empty line)."""
+    end = message.find(b"\r\n\r\n")
+    return message if end < 0 else message[:end]
+
+
+def _code_of(reply: str) -> int:
+    """The reply code ``reply`` starts with, or 0 when it has none."""
+    return int(reply[:3]) if reply[:3].isdigit() else 0
 
 
 def _all(

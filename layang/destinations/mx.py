@@ -28,6 +28,7 @@ from layang.db import write_transaction
 from layang.destinations.addresses import REFUSED_ADDRESS, allowed_addresses
 from layang.destinations.dns import mx_resolver
 from layang.destinations.shaping import Shaping, SiteRule
+from layang.mail.idn import InvalidDomain, to_ascii
 from layang.models import MxDomain
 
 NULL_MX = "null_mx"
@@ -143,7 +144,10 @@ class MxResolver:
     async def resolve(self, domain: str) -> Destination:
         """The destination of ``domain``; raises ``MxFailure`` when it has none (null MX,
         no such domain) or none can be known now (``temporary``)."""
-        domain = domain.rstrip(".").lower()
+        try:
+            domain = to_ascii(domain)  # looked up by its A-labels (IDNA 2008)
+        except InvalidDomain as error:
+            raise no_domain(domain, f"is not a valid domain name ({error})") from None
         cached = self._cache.get(domain)
         if cached is None or cached.expires <= time.monotonic():
             cached = await self._look_up(domain)

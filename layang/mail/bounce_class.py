@@ -100,6 +100,8 @@ def classify(code: int, text: str) -> str:
             return SOFT  # greylisting (often 4.7.1) only asks to come back later
         if _SUSPENDED.search(text) or (subject, detail) == ("7", "13"):
             return SOFT  # a disabled account (X.7.13) may come back; the address is real
+        if (klass, subject, detail) == ("5", "6", "7"):
+            return HARD  # RFC 6531: a non-ASCII address the server cannot take, for good
         if subject in ("6", "7"):
             return BLOCK  # X.6.x: the message's content was refused; X.7.x: policy
         if klass == "4":

@@ -23,6 +23,7 @@ from layang.clock import iso_ms
 from layang.domain import console_sessions, message_view, records, sandbox, sending_domains
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import Forbidden, LayangError, MessageUnavailable, NotFound
+from layang.mail.idn import display_form
 from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
@@ -659,6 +660,8 @@ def register(blueprint: flask.Blueprint) -> None:
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(detail_label, "detail_label")
     blueprint.add_app_template_filter(with_breaks, "breaks")
+    # Domains are stored as A-labels (xn--…) and shown as their U-labels.
+    blueprint.add_app_template_filter(display_form, "unicode")
     blueprint.add_app_template_filter(reply_gist, "reply_gist")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")
