@@ -25,6 +25,7 @@ import idna
 from dotenv import dotenv_values
 
 LOG_FORMATS = ("text", "json")
+LOG_RECIPIENTS = ("address", "hash")
 
 
 class ConfigError(ValueError):
@@ -309,6 +310,13 @@ def _log_format(raw: str, name: str) -> str:
     return value
 
 
+def _log_recipients(raw: str, name: str) -> str:
+    value = raw.strip().lower()
+    if value not in LOG_RECIPIENTS:
+        raise ConfigError(f"{name} must be one of {', '.join(LOG_RECIPIENTS)}")
+    return value
+
+
 def _setting(
     variable: str, parse: Callable[[str, str], Any] = _text, *, shown: str = "", **default: Any
 ) -> Any:
@@ -381,6 +389,7 @@ class Config:
     worker_connections: int = _setting("LAYANG_WORKER_CONNECTIONS", _integer, default=200)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
+    log_recipients: str = _setting("LAYANG_LOG_RECIPIENTS", _log_recipients, default="address")
     worker_metrics_bind: str = _setting(
         "LAYANG_WORKER_METRICS_BIND", _bind, shown="unset (off)", default=""
     )

@@ -49,6 +49,7 @@ from layang.delivery.routes import Router, Transport
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
+from layang.logs import shown_recipient
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
 from layang.mail.suppression import applies, suppressed_recipients
@@ -60,6 +61,9 @@ from layang.queueing.retry import RetryPolicy
 from layang.queueing.wakeup import Wakeup
 
 log = logging.getLogger("layang.worker")
+# Each attempt's outcome, one line per recipient: a logger of its own, so that it can be
+# filtered or silenced apart from the worker's own news.
+outcomes_log = logging.getLogger("layang.outcomes")
 
 # A claim holds about this many seconds of sending (and at least enough to keep every
 # connection busy), so that with a slow upstream several workers share the queue instead of one
@@ -557,24 +561,35 @@ class Bookkeeper:
         counts = collections.Counter(recorded.values())
         for status, count in counts.items():
             recorded_outcomes().labels(status).inc(count)
-        if log.isEnabledFor(logging.DEBUG):
-            for attempt in attempts:
-                for r in attempt.recipients:
-                    if r.id in recorded:
-                        log.debug(
-                            "%s tid=%s rid=%s rcpt=%s reply=%s",
-                            recorded[r.id].lower(),
-                            r.transmission_id,
-                            r.id,
-                            r.address,
-                            json.dumps(attempt.results[r.address].reply),
-                        )
+        if outcomes_log.isEnabledFor(logging.INFO):
+            self._log_outcomes(attempts, recorded)
         ids = [r.id for attempt in attempts for r in attempt.recipients]
         self.leases.drop(ids)
         with self.lock:
             self.recording = 0
             self.lock.notify_all()
         self.worker.recorded.set()
+
+    def _log_outcomes(self, attempts: list[Attempt], recorded: dict[str, str]) -> None:
+        """One line per recorded outcome (docs/deploy.md, "Logs"): ``Delivery``, ``Delay`` or
+        ``Bounce``, the transmission and recipient ids, the recipient (as
+        ``LAYANG_LOG_RECIPIENTS`` says), the reply code and the reply."""
+        how = self.worker.config.log_recipients
+        for attempt in attempts:
+            for r in attempt.recipients:
+                status = recorded.get(r.id)
+                if status is None:
+                    continue
+                result = attempt.results[r.address]
+                outcomes_log.info(
+                    "%s tid=%s rid=%s rcpt=%s code=%s reply=%s",
+                    status,
+                    r.transmission_id,
+                    r.id,
+                    shown_recipient(r.address, how),
+                    result.code,
+                    json.dumps(result.reply, ensure_ascii=False),
+                )
 
     def _hold(
         self, recipients: list[ClaimedRecipient], site: str, until_ms: int | None, reason: str
