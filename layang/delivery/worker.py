@@ -78,6 +78,10 @@ STALL_SECONDS = 10.0
 # a quarter of that keeps several batches on their way at once.
 FLUSH_RECIPIENTS = MAX_UNRECORDED // 4
 FLUSH_SECONDS = 0.02
+# Emails a worker handed back are left to other processes this long before it claims them
+# again (a process holding the site's sessions polls at least this often), at most this many.
+GIVEN_BACK_SECONDS = 2.0
+MAX_GIVEN_BACK = 2000
 
 
 class Worker:
@@ -224,9 +228,10 @@ class Worker:
                 if released:
                     log.info("released %d emails of a broken-off round", released)
         size = self.batch_size() if limit is None else min(self.batch_size(), max(limit, 1))
-        if besides:
+        given_back = self.books.given_back()
+        if besides or given_back:
             claimed = claim_due_recipients_besides(
-                self.owner, besides, size, self.config.lease_seconds
+                self.owner, besides, size, self.config.lease_seconds, excluding=given_back
             )
         else:
             claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
@@ -385,6 +390,7 @@ class Bookkeeper:
         self.flush_wanted = False
         self.recording = 0  # recipients being recorded right now
         self.to_release: list[str] = []
+        self._given_back: dict[str, float] = {}  # id → until (time.monotonic())
         self.to_hold: list[tuple[list[ClaimedRecipient], str, int | None, str]] = []
         self.leases = worker.leases
         self.thread: threading.Thread | None = None
@@ -444,13 +450,33 @@ class Bookkeeper:
                 self.lock.notify_all()
 
     def hand_back(self, jobs: Sequence[Job]) -> None:
-        """Release the emails of ``jobs`` (never started) to the queue, from this thread."""
+        """Release the emails of ``jobs`` (never started) to the queue, from this thread; this
+        worker leaves them to others for ``GIVEN_BACK_SECONDS`` (see ``given_back``)."""
         ids = [job.recipient.id for job in jobs]
         self.leases.drop(ids)
+        until = time.monotonic() + GIVEN_BACK_SECONDS
         with self.lock:
             self._ensure_thread()
             self.to_release.extend(ids)
+            for recipient_id in ids:
+                self._given_back[recipient_id] = until
             self.lock.notify_all()
+
+    def given_back(self) -> list[str]:
+        """The emails this worker handed back less than ``GIVEN_BACK_SECONDS`` ago (at most
+        ``MAX_GIVEN_BACK``, the latest): its claims pass them over. Mail is handed back so
+        that another process takes it (one that has the site's sessions, or a worker whose
+        leases are fresh); claimed again at once by the same worker, it would go round
+        between queue and engine and the other process might never get it."""
+        now = time.monotonic()
+        with self.lock:
+            if not self._given_back:
+                return []
+            self._given_back = {i: t for i, t in self._given_back.items() if t > now}
+            if len(self._given_back) > MAX_GIVEN_BACK:
+                latest = sorted(self._given_back.items(), key=lambda item: item[1])
+                self._given_back = dict(latest[-MAX_GIVEN_BACK:])
+            return list(self._given_back)
 
     def hold(self, jobs: Sequence[Job], site: str, until_ms: int | None, reason: str) -> None:
         """Hand the emails of ``jobs`` back to wait on ``site`` (see ``record_waiting``), from
