@@ -132,7 +132,7 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
 # A failed address at the start of a line, as Exim, qmail and webmail notices list them, each
 # followed by what its server said (not the sender's, that a sentence goes on from).
 _LISTED = re.compile(
-    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t]|$)"""
+    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t\r]|$)"""
     r"""(?![ \t]+(?:could|was|has|is|wrote|sent)\b)""",
     re.MULTILINE,
 )

@@ -24,7 +24,7 @@ _ENHANCED = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 # Checked in this order: a block text wins over "user unknown" in "rejected: blocked, unknown".
 _BLOCK_TEXTS = re.compile(
     r"spamhaus|spamcop|barracuda|blocklist|blacklist|block ?list|blocked|"
-    r"listed (?:at|on|in)|\bRBL\b|DNSBL|poor reputation|bad reputation|sender reputation|"
+    r"(?<!not )listed (?:at|on|in)|\bRBL\b|DNSBL|poor reputation|bad reputation|sender reputation|"
     r"reputation|spam|junk mail|polic(?:y|ies)|not authori[sz]ed|access denied|prohibit|"
     r"authentication (?:failed|required)|DMARC|SPF|DKIM|unsolicited|"
     r"rejected by (?:the )?(?:recipient|receiving) (?:domain|server)|"
@@ -80,6 +80,8 @@ _HARD_TEXTS = re.compile(
     r"recipient not found|host [\w.-]+ not found|domain is not reachable|invalid domain|"
     r"couldn'?t find a mail exchanger|no MX (?:record )?found|host unknown|"
     r"no valid recipients|"
+    # Domino: the address is in no directory of the domain
+    r"not listed in (?:the )?(?:public )?(?:name (?:&|and) address book|directory)|"
     # Domino and Notes in Japanese: "not found in the directory", "not in the directory list"
     r"見つかりません|リストにありません",
     re.IGNORECASE,

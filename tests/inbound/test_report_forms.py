@@ -17,6 +17,7 @@ from layang.domain.feedback import (
     AutoReply,
     DeliveryReport,
     FeedbackReport,
+    RecipientStatus,
     bounce_class,
 )
 from layang.inbound.reports import read_report
@@ -191,6 +192,61 @@ def test_an_auto_reply_is_kept_as_such_and_suppresses_nothing(
     assert [item["id"] for item in found["items"]] == [record_id]
 
 
+# -- kinds the corpus showed, with inputs of our own ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "diagnostic", "told", "expected"),
+    [
+        # RFC 3463 X.2.1 is "mailbox disabled": the mailbox exists, whatever words come with it,
+        # unless the refusal plainly answered RCPT TO (then it is the address that was refused).
+        ("5.2.1", "550 5.2.1 <ana@b.example>... User Unknown", "", "block"),
+        (
+            "5.2.1",
+            "550 5.2.1 <ana@b.example>... User Unknown (in reply to RCPT TO command)",
+            "",
+            "hard",
+        ),
+        (
+            "5.2.1",
+            "",
+            '"ana@b.example":\nSMTP error from remote server after RCPT command:\n'
+            "550 5.2.1 User unknown",
+            "hard",
+        ),
+        ("5.2.1", "550 5.2.1 Mailbox disabled for this recipient", "", "block"),
+        # Domino: an address in no directory is unknown; "listed in" a block list still blocks.
+        ("5.0.0", "", "User  not listed in public Name & Address Book\nana@b.example", "hard"),
+        ("5.0.0", "554 Client host listed in zen.spamhaus.org", "", "block"),
+        # A Japanese carrier's domain filter says "550 : User unknown", naming no address; the
+        # notice's own "<address>:" line above the reply is not the reply naming it.
+        ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550: : User unknown", "block"),
+        ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550 <ana@ezweb.ne.jp>: User unknown", "hard"),
+    ],
+)
+def test_a_report_is_hard_only_when_it_says_the_address_is_bad(status, diagnostic, told, expected):
+    found = bounce_class(RecipientStatus("failed", status, diagnostic, "ana@b.example", told))
+    assert found == expected
+
+
+def test_each_address_of_a_notice_with_crlf_line_ends_gets_its_own_reason():
+    notice = (
+        b"From: MAILER-DAEMON@mx.a.example\r\nTo: shop@a.example\r\nSubject: failure notice\r\n"
+        b"\r\nHi. This is the qmail-send program at mx.a.example.\r\n"
+        b"I'm afraid I wasn't able to deliver your message to the following addresses.\r\n\r\n"
+        b"<gone@b.example>:\r\n192.0.2.25 does not like recipient.\r\n"
+        b"Remote host said: 550 5.1.1 <gone@b.example>: User unknown\r\n\r\n"
+        b"<full@b.example>:\r\n192.0.2.25 does not like recipient.\r\n"
+        b"Remote host said: 552 5.2.2 <full@b.example>: Mailbox full\r\n\r\n"
+        b"--- Below this line is a copy of the message.\r\n\r\nSubject: hi\r\n\r\nhi\r\n"
+    )
+    report = read_report(notice)
+    assert [(s.final_recipient, bounce_class(s)) for s in report.statuses] == [
+        ("gone@b.example", "hard"),
+        ("full@b.example", "soft"),
+    ]
+
+
 # -- the corpus of real reports -----------------------------------------------------------
 
 
@@ -247,5 +303,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.875
-    assert len(wrong_hard) <= 15, wrong_hard
+    assert matched / total >= 0.88
+    assert len(wrong_hard) <= 10, wrong_hard
