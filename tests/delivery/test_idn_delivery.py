@@ -138,3 +138,25 @@ def test_the_console_shows_u_labels(client, upstream, relay_to, browser, live_se
     page.goto(f"{live_server}/console/suppressions")
     assert "weg@bücher.example" in page.inner_text("table")
     screenshot(page, "console-idn-suppressions")
+
+
+def test_an_address_header_names_the_domain_by_its_a_labels(client, auth, upstream, relay_to):
+    from tests.conftest import drain
+
+    response = client.post(
+        URL,
+        headers=auth,
+        json={
+            "from": {"email": "shop@faß.de", "name": "Shop"},
+            "subject": "hi",
+            "to": [{"email": "ana@rcpt.test"}],
+            "headers": [{"name": "Reply-To", "value": "Kunde <kunde@faß.de>"}],
+            "bodyText": "hello",
+        },
+    )
+    assert response.status_code == 200, response.get_json()
+    drain(relay_to(upstream))
+    head = upstream.received[0].data.split(b"\r\n\r\n")[0]
+    assert b"Reply-To: Kunde <kunde@xn--fa-hia.de>" in head
+    assert b"From: Shop <shop@xn--fa-hia.de>" in head
+    assert b"fass.de" not in head
