@@ -247,6 +247,26 @@ def test_each_address_of_a_notice_with_crlf_line_ends_gets_its_own_reason():
     ]
 
 
+def test_a_sendmail_transcript_gives_each_address_its_own_verdict():
+    notice = (
+        b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\n"
+        b"Subject: Returned mail: User unknown\n\n"
+        b"   ----- Transcript of session follows -----\n"
+        b"While talking to mx.c.example:\n>>> RCPT To:<gone@c.example>\n"
+        b"<<< 550 No such user here.\n"
+        b"550 <gone@c.example>... User unknown\n"
+        b"554 <ana@nowhere.example>... 550 Host unknown (Authoritative answer from name server)\n"
+        b"451 <bo@d.example>... Deferred: Connection timed out with d.example\n"
+        b"\n   ----- Unsent message follows -----\nSubject: hi\n\nhi\n"
+    )
+    report = read_report(notice)
+    assert [(s.final_recipient, bounce_class(s)) for s in report.statuses] == [
+        ("gone@c.example", "hard"),
+        ("ana@nowhere.example", "hard"),
+        ("bo@d.example", "soft"),
+    ]
+
+
 # -- the corpus of real reports -----------------------------------------------------------
 
 
@@ -303,5 +323,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.88
+    assert matched / total >= 0.885
     assert len(wrong_hard) <= 10, wrong_hard
