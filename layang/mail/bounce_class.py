@@ -54,6 +54,8 @@ _SOFT_TEXTS = re.compile(
     r"try (?:again )?later|temporar|out of storage|too much mail|quota|"
     r"mailbox .{0,40}exceeded|exceeded the local limit|mailbox is frozen|folder is full|"
     r"host not reachable|timed out|"
+    # the address as sent was malformed (a mistake in the message, not a missing mailbox)
+    r"incorrectly constructed|malformed address|"
     # given up after retrying: the address was never refused
     r"retry (?:timeout|time) (?:exceeded|not reached)|failing for a long time|"
     r"message expired|envelope expired|could not deliver for the last|"

@@ -247,6 +247,23 @@ def test_each_address_of_a_notice_with_crlf_line_ends_gets_its_own_reason():
     ]
 
 
+def test_a_nonstandard_expired_action_is_a_failure_and_a_malformed_address_soft():
+    report = (
+        b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\nSubject: Undelivered\n"
+        b"MIME-Version: 1.0\nContent-Type: multipart/report; report-type=delivery-status;"
+        b' boundary="b"\n\n--b\nContent-Type: text/plain\n\nGave up.\n'
+        b"--b\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.a.example\n\n"
+        b"Final-Recipient: rfc822; ana@b.example\nAction: expired\n"
+        b"Diagnostic-Code: smtp; Connection timed out\n\n--b--\n"
+    )
+    (status,) = read_report(report).statuses
+    assert (status.action, bounce_class(status)) == ("failed", "soft")
+    malformed = RecipientStatus(
+        "failed", "5.0.0", "", "", "kijitora@b.example <neko@c.example>: malformed address"
+    )
+    assert bounce_class(malformed) == "soft"
+
+
 def test_a_sendmail_transcript_gives_each_address_its_own_verdict():
     notice = (
         b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\n"
@@ -323,5 +340,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.885
+    assert matched / total >= 0.89
     assert len(wrong_hard) <= 10, wrong_hard
