@@ -264,6 +264,64 @@ def test_a_nonstandard_expired_action_is_a_failure_and_a_malformed_address_soft(
     assert bounce_class(malformed) == "soft"
 
 
+def ses_notification(body: dict) -> bytes:
+    footer = "\n\n--\nIf you wish to stop receiving notifications from this topic, ...\n"
+    return (
+        "From: AWS Notifications <no-reply@sns.amazonaws.com>\nTo: ops@a.example\n"
+        "Subject: AWS Notification Message\nContent-Type: text/plain; charset=UTF-8\n\n"
+        + json.dumps(body)
+        + footer
+    ).encode()
+
+
+def test_amazon_ses_notifications_are_read_as_the_reports_they_carry():
+    token = "a" * 42
+    mail = {"headers": [{"name": "X-Layang-Id", "value": token}], "source": "shop@a.example"}
+    bounce = read_report(
+        ses_notification(
+            {
+                "notificationType": "Bounce",
+                "bounce": {
+                    "bounceType": "Permanent",
+                    "bouncedRecipients": [
+                        {
+                            "emailAddress": "gone@b.example",
+                            "action": "failed",
+                            "status": "5.1.1",
+                            "diagnosticCode": "smtp; 550 5.1.1 user unknown",
+                        }
+                    ],
+                    "reportingMTA": "dsn; a1.smtp-out.amazonses.com",
+                },
+                "mail": mail,
+            }
+        )
+    )
+    assert isinstance(bounce, DeliveryReport) and bounce.original_tokens == (token,)
+    (status,) = bounce.statuses
+    assert (status.final_recipient, status.diagnostic, bounce_class(status)) == (
+        "gone@b.example",
+        "550 5.1.1 user unknown",
+        "hard",
+    )
+    complaint = read_report(
+        ses_notification(
+            {
+                "notificationType": "Complaint",
+                "complaint": {"complaintFeedbackType": "abuse"},
+                "mail": mail,
+            }
+        )
+    )
+    assert isinstance(complaint, FeedbackReport) and complaint.feedback_type == "abuse"
+    delivered = read_report(
+        ses_notification(
+            {"notificationType": "Delivery", "delivery": {"recipients": ["ana@b.example"]}}
+        )
+    )
+    assert classes_given(delivered) == ["none"]
+
+
 def test_a_sendmail_transcript_gives_each_address_its_own_verdict():
     notice = (
         b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\n"
@@ -340,5 +398,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.89
+    assert matched / total >= 0.895
     assert len(wrong_hard) <= 10, wrong_hard
