@@ -30,7 +30,7 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql, write_transaction
-from layang.mail.bounce_class import BLOCK, HARD, UNDETERMINED, classify
+from layang.mail.bounce_class import BLOCK, HARD, SOFT, UNDETERMINED, classify
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.events import append_events
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
@@ -259,9 +259,11 @@ def bounce_class(status: RecipientStatus) -> str:
     found = classify(0, said)
     if found == UNDETERMINED and status.explanation:
         found = classify(0, f"{said}\n{status.explanation}")
-    if found != HARD:
-        return found
     everything = f"{status.diagnostic}\n{status.explanation}"
+    if found != HARD:
+        if found in (SOFT, UNDETERMINED) and _carrier_filter(everything):
+            return BLOCK  # the carrier's domain filter, in its usual vague words
+        return found
     if _BEFORE_RCPT.search(everything):
         return BLOCK
     if _MAILBOX_DISABLED.search(said) and not _AT_RCPT.search(everything):
@@ -276,6 +278,19 @@ def bounce_class(status: RecipientStatus) -> str:
     return found
 
 
+def _carrier_filter(everything: str) -> bool:
+    """Whether a Japanese carrier refused the mail with words that name no cause ("user
+    unknown" of no named address, "rejected"): what its domain filter says."""
+    return bool(
+        _DOMAIN_FILTER_HOSTS.search(everything)
+        and _CARRIER_WORDS.search(everything)
+        and not _NAMED.search(_NOTICE_LISTING.sub("", everything))
+        and not _MAILBOX_WORDS.search(everything)
+    )
+
+
+_CARRIER_WORDS = re.compile(r"user unknown|unknown user|rejected", re.IGNORECASE)
+_MAILBOX_WORDS = re.compile(r"mailbox (?:is )?full|over ?quota|quota", re.IGNORECASE)
 _RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+(?![\d.])")
 # RFC 3463 X.2.1, "mailbox disabled, not accepting messages": the mailbox exists and refuses
 # this mail, whatever words come with it; no reason to suppress the address.

@@ -222,6 +222,19 @@ def test_an_auto_reply_is_kept_as_such_and_suppresses_nothing(
         # notice's own "<address>:" line above the reply is not the reply naming it.
         ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550: : User unknown", "block"),
         ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550 <ana@ezweb.ne.jp>: User unknown", "hard"),
+        (
+            "5.3.0",
+            "5.3.0 - Other mail system problem 550-'Unknown user ana@docomo.ne.jp'",
+            "",
+            "block",
+        ),
+        (
+            "5.0.0",
+            "",
+            "<ana@ezweb.ne.jp>\nThe recipient was rejected by a remote mail server.",
+            "block",
+        ),
+        ("5.2.2", "552 5.2.2 Mailbox full: ana@docomo.ne.jp rejected", "", "soft"),
     ],
 )
 def test_a_report_is_hard_only_when_it_says_the_address_is_bad(status, diagnostic, told, expected):
@@ -398,5 +411,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.895
+    assert matched / total >= 0.9
     assert len(wrong_hard) <= 10, wrong_hard
