@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import idna
 from dotenv import dotenv_values
 
 LOG_FORMATS = ("text", "json")
 MAX_RETENTION_DAYS = 3650
+LOG_RECIPIENTS = ("address", "hash")
 
 
 class ConfigError(ValueError):
@@ -152,6 +154,7 @@ def parse_sources(raw: str, name: str) -> tuple[SourceAddress, ...]:
         ehlo = ehlo.strip().rstrip(".").lower()
         if ehlo and (any(c.isspace() for c in ehlo) or "." not in ehlo):
             raise ConfigError(f"{name}: {ehlo!r} is not a host name (the address's PTR name)")
+        ehlo = _a_labels(ehlo, name)
         sources.append(SourceAddress(str(parsed), ehlo))
     if not sources:
         raise ConfigError(f"{name} must list addresses as ip[=ehlo.name][,…]")
@@ -162,7 +165,20 @@ def _host_name(raw: str, name: str) -> str:
     value = raw.strip().rstrip(".").lower()
     if not value or any(c.isspace() for c in value) or "@" in value:
         raise ConfigError(f"{name} must be a host name (this host's PTR name), not {raw!r}")
-    return value
+    return _a_labels(value, name)
+
+
+def _a_labels(value: str, name: str) -> str:
+    """A host name as EHLO sends it: IDNA 2008 A-labels (UTS #46 mapping), as
+    ``layang.mail.idn.to_ascii`` does for every other domain."""
+    if value.isascii():
+        return value
+    try:
+        return idna.encode(value, uts46=True, transitional=False).decode("ascii")
+    except idna.IDNAError as error:
+        raise ConfigError(
+            f"{name}: {value!r} is not a valid host name (IDNA 2008: {error})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,7 @@ def _domain(raw: str, name: str) -> str:
     value = raw.strip().rstrip(".").lower()
     if "@" in value or not value or any(c.isspace() for c in value):
         raise ConfigError(f"{name} must be a domain name, not {raw!r}")
-    return value
+    return _a_labels(value, name)
 
 
 def _source_addresses(raw: str, name: str) -> tuple[tuple[str, str], ...]:
@@ -305,6 +321,13 @@ def _log_format(raw: str, name: str) -> str:
     return value
 
 
+def _log_recipients(raw: str, name: str) -> str:
+    value = raw.strip().lower()
+    if value not in LOG_RECIPIENTS:
+        raise ConfigError(f"{name} must be one of {', '.join(LOG_RECIPIENTS)}")
+    return value
+
+
 def _setting(
     variable: str, parse: Callable[[str, str], Any] = _text, *, shown: str = "", **default: Any
 ) -> Any:
@@ -377,6 +400,7 @@ class Config:
     worker_connections: int = _setting("LAYANG_WORKER_CONNECTIONS", _integer, default=200)
     log_level: str = _setting("LAYANG_LOG_LEVEL", _log_level, default="INFO")
     log_format: str = _setting("LAYANG_LOG_FORMAT", _log_format, default="text")
+    log_recipients: str = _setting("LAYANG_LOG_RECIPIENTS", _log_recipients, default="address")
     worker_metrics_bind: str = _setting(
         "LAYANG_WORKER_METRICS_BIND", _bind, shown="unset (off)", default=""
     )

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -49,6 +50,16 @@ def _pair_value(raw: str) -> str:
         except ValueError:
             return raw
     return raw
+
+
+def shown_recipient(address: str, how: str) -> str:
+    """``address`` as ``LAYANG_LOG_RECIPIENTS`` says logs show it: as it is (``address``), or
+    (``hash``) ``sha256:`` and the first 16 hex digits of the SHA-256 of the address in lower
+    case, which an operator can compute to find a recipient's lines
+    (``printf %s ana@example.org | sha256sum``) without the logs holding addresses."""
+    if how != "hash":
+        return address
+    return "sha256:" + hashlib.sha256(address.lower().encode("utf-8")).hexdigest()[:16]
 
 
 def configure_logging(config: Config) -> None:

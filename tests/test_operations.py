@@ -9,7 +9,15 @@ import sys
 
 import httpx
 
-from tests.delivery.test_crash import ROOT, _healthy, free_port, process_env, stop, wait_until
+from tests.delivery.test_crash import (
+    ROOT,
+    _healthy,
+    free_port,
+    process_env,
+    stop,
+    wait_until,
+)
+from tests.delivery.test_crash import start as start_process
 from tests.support.browser import screenshot
 
 
@@ -112,11 +120,77 @@ def test_logs_name_the_transmission_and_never_the_key(
     drain(relay_to(upstream))
     lines = [r.getMessage() for r in caplog.records]
     assert any(f"tid={tid}" in line and line.startswith("accepted") for line in lines)
-    deliveries = [r for r in caplog.records if r.getMessage().startswith(f"delivery tid={tid}")]
-    # One line per delivery only at DEBUG: at the default level a busy worker logs nothing
-    # per message (the outcome counters say how many).
-    assert [r.levelname for r in deliveries] == ["DEBUG"]
+    deliveries = [r for r in caplog.records if r.getMessage().startswith(f"Delivery tid={tid}")]
+    assert [(r.levelname, r.name) for r in deliveries] == [("INFO", "layang.outcomes")]
     assert not any(api_key in line or api_key[4:20] in line for line in lines)
+
+
+def test_a_worker_at_the_default_level_logs_one_line_per_attempt_outcome(
+    client, auth, config, upstream, tmp_path
+):
+    """CONTRACT section 24: Delivery, Delay and Bounce each a line with the transmission id,
+    the recipient and the reply code, from a real ``layang worker`` at its default level."""
+    upstream.script_rcpt("later@rcpt.test", "451 4.3.0 Try again later")
+    upstream.script_rcpt("gone@rcpt.test", "550 5.1.1 No such user")
+    tids = {}
+    for address in ("ana@rcpt.test", "later@rcpt.test", "gone@rcpt.test"):
+        response = client.post(
+            "/v1/layang/transmissions",
+            headers=auth,
+            json={
+                "from": {"email": "a@sender.test"},
+                "subject": "s",
+                "to": [{"email": address}],
+                "bodyText": "t",
+            },
+        )
+        tids[address] = response.get_json()["transmissionId"]
+    log_path = tmp_path / "worker.log"
+    env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_RETRY_BASE_SECONDS=3600)
+    worker = start_process(["worker", "--processes", "1"], env, log_path)
+    expected = {
+        "Delivery": ("ana@rcpt.test", "250"),
+        "Delay": ("later@rcpt.test", "451"),
+        "Bounce": ("gone@rcpt.test", "550"),
+    }
+
+    def outcome_lines():
+        return [
+            line for line in log_path.read_text().splitlines() if " INFO layang.outcomes " in line
+        ]
+
+    try:
+        wait_until(lambda: len(outcome_lines()) >= 3, 60, lambda: log_path.read_text())
+    finally:
+        stop(worker)
+    lines = outcome_lines()
+    assert len(lines) == 3, lines
+    for status, (address, code) in expected.items():
+        (line,) = [line for line in lines if f" {status} tid=" in line]
+        assert f"tid={tids[address]} " in line and f"rcpt={address} " in line, line
+        assert f"code={code} " in line and "reply=" in line, line
+
+
+def test_outcome_lines_can_show_recipients_hashed(client, auth, config, caplog, upstream, relay_to):
+    import hashlib
+
+    from tests.conftest import drain
+
+    caplog.set_level(logging.INFO, logger="layang")
+    client.post(
+        "/v1/layang/transmissions",
+        headers=auth,
+        json={
+            "from": {"email": "a@sender.test"},
+            "subject": "s",
+            "to": [{"email": "Ana@rcpt.test"}],
+            "bodyText": "t",
+        },
+    )
+    drain(relay_to(upstream, log_recipients="hash"))
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "layang.outcomes"]
+    digest = hashlib.sha256(b"ana@rcpt.test").hexdigest()[:16]
+    assert f"rcpt=sha256:{digest} " in line and "ana@" not in line.lower()
 
 
 def start_gunicorn(env, log_path):

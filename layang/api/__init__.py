@@ -143,8 +143,8 @@ def init_api(app: flask.Flask) -> None:
                 "waiting, by recipient domain and its site), inbound routing (mail to your own "
                 "domains, posted to your endpoint as signed JSON), the account's retention, "
                 "erasing a recipient's data, the team (invitations of people to the console) and "
-                "the audit log of changes. Sends may be scheduled, batched, tagged and personalised "
-                "per recipient. "
+                "the audit log of changes. Sends may be scheduled, batched, tagged and "
+                "personalised per recipient. "
                 "Authenticate with an API key as a Bearer token; errors name their field."
             },
             "security": [{"bearerAuth": []}],

@@ -49,7 +49,7 @@ UNAVAILABLE_STATUS = 1
 # The settings each part of Layang reads, by Config field: a command's --help lists those of
 # its parts (tests/test_cli.py checks them against what the command actually reads).
 STORE = ("data_dir", "database_url")
-LOGS = ("log_level", "log_format")
+LOGS = ("log_level", "log_format", "log_recipients")
 # The thresholds: judged when mail is sent, and when outcomes and reports are recorded.
 BREAKER_THRESHOLDS = (
     "breaker_min_messages",

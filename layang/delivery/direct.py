@@ -27,7 +27,7 @@ from layang.destinations import policy as tls_policy
 from layang.destinations.certificates import ssl_context
 from layang.destinations.dns import policy_resolver
 from layang.destinations.mx import Destination, MxHost, MxResolver
-from layang.destinations.policy import OPPORTUNISTIC, TlsSettings, TransportPolicy
+from layang.destinations.policy import TlsSettings, TransportPolicy
 from layang.destinations.result_types import DNSSEC_INVALID
 from layang.destinations.shaping import Shaping
 from layang.mail.message import REQUIRETLS
@@ -114,24 +114,23 @@ class MxTransport:
                 cafile=self.config.tls_cafile or None,
             )
             smtp.tls_info = outcome.tls
-            if self.config.tlsrpt and (policy.kind != OPPORTUNISTIC or outcome.failure_type):
-                reports.append(
-                    TlsReport(
-                        resolved.domain,
-                        policy,
-                        smtp.host,
-                        outcome.ok and outcome.succeeded,
-                        outcome.failure_type,
-                        outcome.failure,
-                    )
+            # Every session is counted, whatever its TLS: the Security page shows them all
+            # (plaintext ones as "no TLS"); only TLS-RPT reports are subject to LAYANG_TLSRPT.
+            reports.append(
+                TlsReport(
+                    resolved.domain,
+                    policy,
+                    smtp.host,
+                    outcome.ok and outcome.succeeded,
+                    outcome.failure_type,
+                    outcome.failure,
                 )
+            )
             return None if outcome.ok else outcome.reply
 
         for host, reason in policy.host_failures.items():
-            if self.config.tlsrpt:  # a host left out is a session that could not be had
-                reports.append(
-                    TlsReport(resolved.domain, policy, host, False, DNSSEC_INVALID, reason)
-                )
+            # A host left out is a session that could not be had.
+            reports.append(TlsReport(resolved.domain, policy, host, False, DNSSEC_INVALID, reason))
         if not any(policy.allows(host.name) for host in resolved.hosts):
             # Said in the policy's words, and as a TLS refusal: it says nothing of the site.
             refused = Refused("tls", 451, f"451 4.7.5 {policy.no_host_reason()}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,18 +119,27 @@ def claim_due_recipients(owner: str, limit: int, lease_seconds: float) -> list[C
 
 
 def claim_due_recipients_besides(
-    owner: str, accounts: Iterable[int], limit: int, lease_seconds: float
+    owner: str,
+    accounts: Iterable[int],
+    limit: int,
+    lease_seconds: float,
+    *,
+    excluding: Collection[str] = (),
 ) -> list[ClaimedRecipient]:
-    """As :func:`claim_due_recipients`, of accounts other than ``accounts`` only: the mail
-    of those that wait while ``accounts`` have the worker's sessions busy."""
+    """As :func:`claim_due_recipients`, of accounts other than ``accounts`` only (the mail
+    of those that wait while ``accounts`` have the worker's sessions busy), and never the
+    recipients ``excluding`` (ids this worker gave back a moment ago, for another to take)."""
     now = now_ms()
+    condition = (Recipient.next_attempt_at <= now) & (
+        Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now)
+    )
+    if accounts:
+        condition &= Recipient.account.not_in(sorted(accounts))
+    if excluding:
+        condition &= Recipient.id.not_in(sorted(excluding))
     chosen = (
         Recipient.select(Recipient.id)
-        .where(
-            (Recipient.next_attempt_at <= now)
-            & (Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now))
-            & Recipient.account.not_in(sorted(accounts))
-        )
+        .where(condition)
         .order_by(Recipient.priority, Recipient.next_attempt_at)
         .limit(limit)
     )

@@ -376,7 +376,7 @@ class SmtpSession:
             # message's time on a fast link.
             refused = self._unsendable(envelope, results)
             if refused is not None:
-                return _all(recipients, 0, refused, BOUNCED)
+                return _all(recipients, _code_of(refused), refused, BOUNCED)
             pending = [index for index, result in enumerate(results) if result is None]
             if not pending:
                 return _fill(recipients, results, 0, "no recipient was tried")
@@ -591,6 +591,8 @@ class SmtpSession:
         mail_from = envelope.mail_from
         if "\r" in mail_from or "\n" in mail_from:
             return "invalid sender address (line break)"
+        # RFC 6531 section 3.4: a non-ASCII envelope address needs SMTPUTF8; without it that
+        # address cannot be given, and it is never mangled to fit.
         smtputf8 = "SMTPUTF8" in self.extensions
         if not mail_from.isascii() and not smtputf8:
             return self._no_utf8()
@@ -601,11 +603,11 @@ class SmtpSession:
                 reason = "invalid recipient address (line break)"
                 results[index] = RecipientResult(recipient, 0, reason, BOUNCED)
             elif not recipient.isascii() and not smtputf8:
-                results[index] = RecipientResult(recipient, 0, self._no_utf8(), BOUNCED)
+                results[index] = RecipientResult(recipient, 553, self._no_utf8(), BOUNCED)
         return None
 
     def _no_utf8(self) -> str:
-        return f"5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
+        return f"553 5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
 
     def _mail_options(self, envelope: Envelope, message: bytes) -> str:
         options = []
@@ -615,7 +617,10 @@ class SmtpSession:
             options.append("BODY=8BITMIME")
         addresses = (envelope.mail_from, *envelope.recipients)
         self._utf8 = False
-        if self.has("SMTPUTF8") and not all(a.isascii() for a in addresses):
+        # Header fields in UTF-8 (RFC 6532: a non-ASCII address in To or From) ask for it too.
+        if self.has("SMTPUTF8") and not (
+            all(a.isascii() for a in addresses) and _head(message).isascii()
+        ):
             options.append("SMTPUTF8")
             self._utf8 = True
         if envelope.requiretls:
@@ -698,6 +703,17 @@ def _about_the_pace(text: str) -> bool:
 
 def _base64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
+
+
+def _head(message: bytes) -> bytes:
+    """The header section of ``message`` (up to the empty line)."""
+    end = message.find(b"\r\n\r\n")
+    return message if end < 0 else message[:end]
+
+
+def _code_of(reply: str) -> int:
+    """The reply code ``reply`` starts with, or 0 when it has none."""
+    return int(reply[:3]) if reply[:3].isdigit() else 0
 
 
 def _all(

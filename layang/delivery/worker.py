@@ -50,6 +50,7 @@ from layang.delivery.routes import Router, Transport
 from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
+from layang.logs import shown_recipient
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.message import OutgoingMessage
 from layang.mail.outbox import PersonalContent
@@ -63,6 +64,9 @@ from layang.queueing.retry import RetryPolicy
 from layang.queueing.wakeup import Wakeup
 
 log = logging.getLogger("layang.worker")
+# Each attempt's outcome, one line per recipient: a logger of its own, so that it can be
+# filtered or silenced apart from the worker's own news.
+outcomes_log = logging.getLogger("layang.outcomes")
 
 # A claim holds about this many seconds of sending (and at least enough to keep every
 # connection busy), so that with a slow upstream several workers share the queue instead of one
@@ -77,6 +81,10 @@ STALL_SECONDS = 10.0
 # a quarter of that keeps several batches on their way at once.
 FLUSH_RECIPIENTS = MAX_UNRECORDED // 4
 FLUSH_SECONDS = 0.02
+# Emails a worker handed back are left to other processes this long before it claims them
+# again (a process holding the site's sessions polls at least this often), at most this many.
+GIVEN_BACK_SECONDS = 2.0
+MAX_GIVEN_BACK = 2000
 
 
 class Worker:
@@ -226,9 +234,10 @@ class Worker:
         if not besides:
             # Scheduled mail due by now joins the queue first (a read of an index when none).
             release_due()
-        if besides:
+        given_back = self.books.given_back()
+        if besides or given_back:
             claimed = claim_due_recipients_besides(
-                self.owner, besides, size, self.config.lease_seconds
+                self.owner, besides, size, self.config.lease_seconds, excluding=given_back
             )
         else:
             claimed = claim_due_recipients(self.owner, size, self.config.lease_seconds)
@@ -400,6 +409,7 @@ class Bookkeeper:
         self.flush_wanted = False
         self.recording = 0  # recipients being recorded right now
         self.to_release: list[str] = []
+        self._given_back: dict[str, float] = {}  # id → until (time.monotonic())
         self.to_hold: list[tuple[list[ClaimedRecipient], str, int | None, str]] = []
         self.leases = worker.leases
         self.thread: threading.Thread | None = None
@@ -462,13 +472,33 @@ class Bookkeeper:
                 self.lock.notify_all()
 
     def hand_back(self, jobs: Sequence[Job]) -> None:
-        """Release the emails of ``jobs`` (never started) to the queue, from this thread."""
+        """Release the emails of ``jobs`` (never started) to the queue, from this thread; this
+        worker leaves them to others for ``GIVEN_BACK_SECONDS`` (see ``given_back``)."""
         ids = [job.recipient.id for job in jobs]
         self.leases.drop(ids)
+        until = time.monotonic() + GIVEN_BACK_SECONDS
         with self.lock:
             self._ensure_thread()
             self.to_release.extend(ids)
+            for recipient_id in ids:
+                self._given_back[recipient_id] = until
             self.lock.notify_all()
+
+    def given_back(self) -> list[str]:
+        """The emails this worker handed back less than ``GIVEN_BACK_SECONDS`` ago (at most
+        ``MAX_GIVEN_BACK``, the latest): its claims pass them over. Mail is handed back so
+        that another process takes it (one that has the site's sessions, or a worker whose
+        leases are fresh); claimed again at once by the same worker, it would go round
+        between queue and engine and the other process might never get it."""
+        now = time.monotonic()
+        with self.lock:
+            if not self._given_back:
+                return []
+            self._given_back = {i: t for i, t in self._given_back.items() if t > now}
+            if len(self._given_back) > MAX_GIVEN_BACK:
+                latest = sorted(self._given_back.items(), key=lambda item: item[1])
+                self._given_back = dict(latest[-MAX_GIVEN_BACK:])
+            return list(self._given_back)
 
     def hold(self, jobs: Sequence[Job], site: str, until_ms: int | None, reason: str) -> None:
         """Hand the emails of ``jobs`` back to wait on ``site`` (see ``record_waiting``), from
@@ -579,24 +609,35 @@ class Bookkeeper:
         counts = collections.Counter(recorded.values())
         for status, count in counts.items():
             recorded_outcomes().labels(status).inc(count)
-        if log.isEnabledFor(logging.DEBUG):
-            for attempt in attempts:
-                for r in attempt.recipients:
-                    if r.id in recorded:
-                        log.debug(
-                            "%s tid=%s rid=%s rcpt=%s reply=%s",
-                            recorded[r.id].lower(),
-                            r.transmission_id,
-                            r.id,
-                            r.address,
-                            json.dumps(attempt.results[r.address].reply),
-                        )
+        if outcomes_log.isEnabledFor(logging.INFO):
+            self._log_outcomes(attempts, recorded)
         ids = [r.id for attempt in attempts for r in attempt.recipients]
         self.leases.drop(ids)
         with self.lock:
             self.recording = 0
             self.lock.notify_all()
         self.worker.recorded.set()
+
+    def _log_outcomes(self, attempts: list[Attempt], recorded: dict[str, str]) -> None:
+        """One line per recorded outcome (docs/deploy.md, "Logs"): ``Delivery``, ``Delay`` or
+        ``Bounce``, the transmission and recipient ids, the recipient (as
+        ``LAYANG_LOG_RECIPIENTS`` says), the reply code and the reply."""
+        how = self.worker.config.log_recipients
+        for attempt in attempts:
+            for r in attempt.recipients:
+                status = recorded.get(r.id)
+                if status is None:
+                    continue
+                result = attempt.results[r.address]
+                outcomes_log.info(
+                    "%s tid=%s rid=%s rcpt=%s code=%s reply=%s",
+                    status,
+                    r.transmission_id,
+                    r.id,
+                    shown_recipient(r.address, how),
+                    result.code,
+                    json.dumps(result.reply, ensure_ascii=False),
+                )
 
     def _hold(
         self, recipients: list[ClaimedRecipient], site: str, until_ms: int | None, reason: str

@@ -2,8 +2,9 @@
 
 MX records sorted by preference, equal preferences in random order; no MX record means the
 domain's own A/AAAA records (the implicit MX); a null MX (``0 .``, RFC 7505) means the domain
-takes no mail. A domain that does not exist bounces; a look-up that fails (SERVFAIL, timeout)
-is only a delay, never a reason to fall back to the A record. Answers are kept as long as
+takes no mail. A domain that does not exist, or whose every MX host name does not exist or has
+no address record, bounces (``550 5.1.2``); a look-up that fails (SERVFAIL, timeout) is only a
+delay, never a reason to fall back to the A record. Answers are kept as long as
 their TTL allows. The site a domain belongs to, the set of its MX host names, is named by the
 shaping rule that matches it (``layang.destinations.shaping``) and remembered in ``mx_domain``
 so that waiting mail can be grouped by site (docs/delivery.md).
@@ -27,6 +28,7 @@ from layang.db import write_transaction
 from layang.destinations.addresses import REFUSED_ADDRESS, allowed_addresses
 from layang.destinations.dns import mx_resolver
 from layang.destinations.shaping import Shaping, SiteRule
+from layang.mail.idn import InvalidDomain, to_ascii
 from layang.models import MxDomain
 
 NULL_MX = "null_mx"
@@ -142,7 +144,10 @@ class MxResolver:
     async def resolve(self, domain: str) -> Destination:
         """The destination of ``domain``; raises ``MxFailure`` when it has none (null MX,
         no such domain) or none can be known now (``temporary``)."""
-        domain = domain.rstrip(".").lower()
+        try:
+            domain = to_ascii(domain)  # looked up by its A-labels (IDNA 2008)
+        except InvalidDomain as error:
+            raise no_domain(domain, f"is not a valid domain name ({error})") from None
         cached = self._cache.get(domain)
         if cached is None or cached.expires <= time.monotonic():
             cached = await self._look_up(domain)
@@ -224,10 +229,13 @@ class MxResolver:
             elif addresses:
                 refused.append(f"{name} resolves to {REFUSED_ADDRESS} only")
         if not groups:
-            if refused and not problems:
+            if problems:
+                raise temporary(domain, "; ".join(problems + refused))
+            if refused:
                 raise unusable(domain, "; ".join(refused))
-            why = "; ".join(problems + refused) if problems else "no MX host has an address"
-            raise temporary(domain, why)
+            # Every MX host name is NXDOMAIN or has no address record: an error to report,
+            # not a condition to wait out (RFC 5321 section 5.1).
+            raise no_domain(domain, f"has no usable mail server ({_unusable_hosts(records)})")
         return _cached(ttl, groups=tuple(tuple(groups[p]) for p in sorted(groups)))
 
     async def _addresses(self, name: str) -> tuple[tuple[str, ...], int, str | None]:
@@ -295,6 +303,12 @@ class MxResolver:
             raise _Unresolved("no DNS resolver configured; set LAYANG_DNS_RESOLVER") from None
         except dns.exception.DNSException as error:
             raise _Unresolved(f"{name} {rdtype}: {error}") from None
+
+
+def _unusable_hosts(records: list[tuple[int, str]]) -> str:
+    names = ", ".join(name for _, name in records[:5])
+    more = f" and {len(records) - 5} more" if len(records) > 5 else ""
+    return f"no address for MX host {names}{more}"
 
 
 def _ttl(answer: dns.resolver.Answer | None) -> int:

@@ -40,6 +40,7 @@ from layang.destinations.result_types import (
     CERTIFICATE_HOST_MISMATCH,
     CERTIFICATE_NOT_TRUSTED,
     DNSSEC_INVALID,
+    NO_TLS,
     STARTTLS_NOT_SUPPORTED,
     TLSA_INVALID,
     VALIDATION_FAILURE,
@@ -292,7 +293,9 @@ def check_session(
             reason = f"TLS with {host} failed: {_error_text(error)}"
             failure_type = _failure_type(error)
         if kind == OPPORTUNISTIC and policy.fetch_failure is None:
-            return TlsCheck(True, plain)
+            # The mail may go, in plaintext; TLS-RPT counts only TLS sessions as successful
+            # (RFC 8460 section 4.3), and the Security page shows it as "no TLS".
+            return TlsCheck(True, plain, failure_type=failure_type, failure=f"{NO_TLS}: {reason}")
         if not enforced:
             return refuse({**plain, "policy": kind}, failure_type, reason)
         return refuse(plain, failure_type, reason)

@@ -13,3 +13,7 @@ DNSSEC_INVALID = "dnssec-invalid"
 STS_POLICY_FETCH_ERROR = "sts-policy-fetch-error"
 STS_POLICY_INVALID = "sts-policy-invalid"
 STS_WEBPKI_INVALID = "sts-webpki-invalid"
+
+NO_TLS = "no TLS"
+"""How the reason of a session that carried mail in plaintext (opportunistic TLS not had)
+begins, so that it is told apart from sessions refused for their TLS."""

@@ -36,7 +36,7 @@ from layang.config import Config
 from layang.db import database, new_id, write_transaction
 from layang.destinations.addresses import Refused, host_refusal, resolve_blocking
 from layang.destinations.dns import lookup_resolver
-from layang.destinations.result_types import VALIDATION_FAILURE
+from layang.destinations.result_types import NO_TLS, VALIDATION_FAILURE
 from layang.mail.dkim import covering_domain
 from layang.mail.message import (
     SMTP_POLICY,
@@ -537,8 +537,10 @@ POLICY_LABELS = {"sts": "MTA-STS", "tlsa": "DANE", "no-policy-found": "none (opp
 @dataclass(frozen=True)
 class DomainSecurity:
     """What one recipient domain's MX sessions of the last day met: the policy seen last
-    (``policy``, and the cached MTA-STS ``mode`` if any), the sessions that met it and those
-    that failed, and each failure (result type, MX host, detail, sessions)."""
+    (``policy``, and the cached MTA-STS ``mode`` if any), the sessions that met it with TLS
+    (``succeeded``), those that carried mail without TLS where the policy allowed it
+    (``plaintext``, "no TLS"), those that failed it, and each failure or plaintext session's
+    reason (result type, MX host, detail, sessions)."""
 
     domain: str
     policy: str
@@ -547,6 +549,7 @@ class DomainSecurity:
     failed: int
     failures: tuple[tuple[str, str, str, int], ...]
     last_seen: int
+    plaintext: int = 0
 
 
 def recent_security(account_id: int, now: int | None = None) -> list[DomainSecurity]:
@@ -578,11 +581,14 @@ def recent_security(account_id: int, now: int | None = None) -> list[DomainSecur
     seen: dict[str, dict[str, Any]] = {}
     for domain, policy_type, host, result_type, detail, sessions, updated in rows:
         entry = seen.setdefault(
-            domain, {"policy": "", "ok": 0, "failed": 0, "failures": [], "last": 0}
+            domain, {"policy": "", "ok": 0, "failed": 0, "plain": 0, "failures": [], "last": 0}
         )
         entry["policy"], entry["last"] = policy_type, max(entry["last"], updated)
         if result_type == SUCCESS:
             entry["ok"] += sessions
+        elif (detail or "").startswith(NO_TLS):
+            entry["plain"] += sessions
+            entry["failures"].append((result_type, host, detail, sessions))
         else:
             entry["failed"] += sessions
             entry["failures"].append((result_type, host, detail, sessions))
@@ -595,7 +601,8 @@ def recent_security(account_id: int, now: int | None = None) -> list[DomainSecur
             entry["failed"],
             tuple(entry["failures"]),
             entry["last"],
+            entry["plain"],
         )
         for domain, entry in seen.items()
     ]
-    return sorted(found, key=lambda d: (-(d.succeeded + d.failed), d.domain))
+    return sorted(found, key=lambda d: (-(d.succeeded + d.failed + d.plaintext), d.domain))

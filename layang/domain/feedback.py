@@ -30,7 +30,7 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql, write_transaction
-from layang.mail.bounce_class import BLOCK, HARD, UNDETERMINED, classify
+from layang.mail.bounce_class import BLOCK, HARD, SOFT, UNDETERMINED, classify
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.events import append_events
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
@@ -259,20 +259,42 @@ def bounce_class(status: RecipientStatus) -> str:
     found = classify(0, said)
     if found == UNDETERMINED and status.explanation:
         found = classify(0, f"{said}\n{status.explanation}")
-    if found != HARD:
-        return found
     everything = f"{status.diagnostic}\n{status.explanation}"
+    if found != HARD:
+        if found in (SOFT, UNDETERMINED) and _carrier_filter(everything):
+            return BLOCK  # the carrier's domain filter, in its usual vague words
+        return found
     if _BEFORE_RCPT.search(everything):
+        return BLOCK
+    if _MAILBOX_DISABLED.search(said) and not _AT_RCPT.search(everything):
         return BLOCK
     if _RECIPIENT_CODE.search(said) or _ACCOUNT_GONE.search(said):
         return found
-    filtered_by_carrier = _DOMAIN_FILTER_HOSTS.search(everything) and not _NAMED.search(everything)
+    filtered_by_carrier = _DOMAIN_FILTER_HOSTS.search(everything) and not _NAMED.search(
+        _NOTICE_LISTING.sub("", everything)
+    )
     if status.from_filter or filtered_by_carrier or _AFTER_DATA.search(everything):
         return BLOCK
     return found
 
 
-_RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+|5\.2\.1(?![\d.])")
+def _carrier_filter(everything: str) -> bool:
+    """Whether a Japanese carrier refused the mail with words that name no cause ("user
+    unknown" of no named address, "rejected"): what its domain filter says."""
+    return bool(
+        _DOMAIN_FILTER_HOSTS.search(everything)
+        and _CARRIER_WORDS.search(everything)
+        and not _NAMED.search(_NOTICE_LISTING.sub("", everything))
+        and not _MAILBOX_WORDS.search(everything)
+    )
+
+
+_CARRIER_WORDS = re.compile(r"user unknown|unknown user|rejected", re.IGNORECASE)
+_MAILBOX_WORDS = re.compile(r"mailbox (?:is )?full|over ?quota|quota", re.IGNORECASE)
+_RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+(?![\d.])")
+# RFC 3463 X.2.1, "mailbox disabled, not accepting messages": the mailbox exists and refuses
+# this mail, whatever words come with it; no reason to suppress the address.
+_MAILBOX_DISABLED = re.compile(r"(?<![\d.])5\.2\.1(?![\d.])")
 # Yahoo refuses unknown accounts only after DATA, and says so unmistakably.
 _ACCOUNT_GONE = re.compile(r"doesn'?t have an? [\w.-]+ account", re.IGNORECASE)
 # Japanese mobile carriers answer "550 : User unknown" (no address named) when their domain
@@ -283,10 +305,19 @@ _DOMAIN_FILTER_HOSTS = re.compile(
     re.IGNORECASE,
 )
 _NAMED = re.compile(r"<[^<>\s]+@[^<>\s]+>\s*:")
+# A notice's own list of the failed addresses, one "<address>:" line each before the reply
+# (Yahoo, qmail): the notice naming the address, not the carrier's reply.
+_NOTICE_LISTING = re.compile(r"^<[^<>\s]+@[^<>\s]+>:\s*$", re.MULTILINE)
 # Postfix, Exim and qmail saying the refusal came before any recipient was named.
 _BEFORE_RCPT = re.compile(
     r"in reply to (?:MAIL FROM|HELO|EHLO)\b|after (?:MAIL FROM|EHLO|HELO|initial connection)\b|"
     r"my name was rejected",
+    re.IGNORECASE,
+)
+# How Postfix, Exim, Sendmail and others say the refusal answered RCPT TO.
+_AT_RCPT = re.compile(
+    r"in reply to RCPT TO|after RCPT(?: TO)?(?: command)?\b|>>> RCPT TO|RCPT TO command|"
+    r"SMTP command:? RCPT|\bRCPT(?: TO)?:?\s*<|does not like recipient",
     re.IGNORECASE,
 )
 # How Postfix, Exim and Sendmail say which command the refusal answered.

@@ -43,6 +43,7 @@ from layang.db import write_transaction
 from layang.domain.dns_lookup import Answer, DnsLookup
 from layang.domain.errors import Conflict, InvalidInput, NotFound, SenderDomainNotVerified
 from layang.mail import dkim
+from layang.mail.idn import InvalidDomain, to_ascii
 from layang.models import ACTIVE, PENDING, RETIRED, VERIFIED, Account, DkimKey, SendingDomain
 from layang.pagination import Page, keyset_page
 
@@ -88,12 +89,12 @@ class DomainState:
 
 
 def normalize_domain(value: str, field: str = "domain") -> str:
-    """``value`` as a lower-case ASCII (IDNA) domain name. ``InvalidInput`` if it is not one."""
-    name = value.strip().rstrip(".")
+    """``value`` as a lower-case ASCII domain name (IDNA 2008 A-labels,
+    :func:`layang.mail.idn.to_ascii`). ``InvalidInput`` naming ``field`` if it is not one."""
     try:
-        name = name.encode("idna").decode("ascii").lower()
-    except UnicodeError:
-        raise InvalidInput(field, f"{value!r} is not a valid domain name.") from None
+        name = to_ascii(value)
+    except InvalidDomain as error:
+        raise InvalidInput(field, str(error)) from None
     labels = name.split(".")
     if len(name) > 253 or len(labels) < 2 or not all(_LABEL.match(label) for label in labels):
         raise InvalidInput(field, f"{value!r} is not a valid domain name.")

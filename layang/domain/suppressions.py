@@ -18,6 +18,7 @@ from layang.clock import now_ms
 from layang.db import is_postgresql, write_transaction
 from layang.domain.errors import Conflict, InvalidInput, NotFound
 from layang.mail.events import append_events
+from layang.mail.idn import InvalidDomain, to_ascii
 from layang.mail.message import InvalidAddress, normalize_address
 from layang.mail.unsubscribe import InvalidToken, UnsubscribeTokens
 from layang.models import (
@@ -46,7 +47,19 @@ def email_key(email: str) -> str:
 def _contains(text: str) -> peewee.Expression:
     # A position search, not LIKE: the text's own % and _ mean themselves.
     position = fn.STRPOS if is_postgresql() else fn.INSTR
-    return position(Suppression.email_key, text.strip().lower()) > 0
+    return position(Suppression.email_key, _searched_form(text.strip()).lower()) > 0
+
+
+def _searched_form(text: str) -> str:
+    """Search text as the list stores addresses: a non-ASCII domain (``faß.de``, or the part
+    after ``@``) as its A-labels, so that a search in the form people read finds it."""
+    local, at, domain = text.rpartition("@")
+    if domain.isascii():
+        return text
+    try:
+        return f"{local}{at}{to_ascii(domain)}"
+    except InvalidDomain:
+        return text
 
 
 def list_suppressions(

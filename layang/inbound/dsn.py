@@ -18,6 +18,7 @@ from layang.inbound import report_parts as mime
 from layang.inbound.mta_bounces import explanation
 
 STATUS_TYPES = ("message/delivery-status", "message/global-delivery-status")
+_NONSTANDARD_ACTIONS = {"expired": "failed", "bounced": "failed", "bounce": "failed"}
 _ENHANCED = re.compile(r"(?<![\d.])([245]\.\d{1,3}\.\d{1,3})(?![\d.])")
 
 
@@ -38,6 +39,9 @@ def read_dsn(message: email.message.Message) -> DeliveryReport | None:
         action = mime.value(block, "Action").lower()
         if not action:
             continue
+        # Not one of RFC 3464's actions: a sender's own word for giving up after retries
+        # (SendGrid's "expired") is a failure.
+        action = _NONSTANDARD_ACTIONS.get(action, action)
         status = mime.value(block, "Status")
         match = _ENHANCED.search(status)
         diagnostic = mime.typed(mime.value(block, "Diagnostic-Code"))

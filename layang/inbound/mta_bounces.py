@@ -132,7 +132,7 @@ def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
 # A failed address at the start of a line, as Exim, qmail and webmail notices list them, each
 # followed by what its server said (not the sender's, that a sentence goes on from).
 _LISTED = re.compile(
-    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t]|$)"""
+    r"""^[ \t]*["<]?([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)[">]?:?(?=[ \t\r]|$)"""
     r"""(?![ \t]+(?:could|was|has|is|wrote|sent)\b)""",
     re.MULTILINE,
 )
@@ -141,8 +141,20 @@ _LISTED = re.compile(
 _LIST_BEGINS = re.compile(r"address(?:es|\(es\))?\s+failed\s*:", re.IGNORECASE)
 
 
+# Sendmail's closing line for each failed address, after its transcript: "550 <a@b>... User
+# unknown".
+_SENDMAIL_VERDICT = re.compile(
+    r"^[45]\d\d <([\w.+=!%/-]+@[\w-]+(?:\.[\w-]+)+)>\.\.\. [^\r\n]*", re.MULTILINE
+)
+
+
 def _per_recipient(told: str) -> list[tuple[str, str]]:
     """(address, what is said of it) for each address a notice lists, first mention only."""
+    verdicts: dict[str, str] = {}
+    for match in _SENDMAIL_VERDICT.finditer(told):
+        verdicts.setdefault(match.group(1).lower(), match.group(0))
+    if len(verdicts) > 1:
+        return list(verdicts.items())
     begins = _LIST_BEGINS.search(told)
     found = list(_LISTED.finditer(told, begins.end() if begins else 0))
     each: dict[str, str] = {}

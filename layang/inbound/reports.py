@@ -26,6 +26,7 @@ from layang.inbound.auto_reply import read_auto_reply
 from layang.inbound.dsn import read_dsn
 from layang.inbound.mta_bounces import read_mta_bounce
 from layang.inbound.report_parts import MAX_PARTS
+from layang.inbound.ses_notifications import read_ses_notification
 from layang.mail.mime_shape import MAX_DEPTH, mime_shape_problem
 
 __all__ = ["MAX_DEPTH", "MAX_PARTS", "mime_shape_problem", "read_report"]
@@ -38,7 +39,7 @@ def read_report(data: bytes) -> Report:
         return Unrecognised(problem)
     try:
         message = email.message_from_bytes(data, policy=email.policy.compat32)
-        for reader in (read_dsn, read_arf, read_mta_bounce, read_auto_reply):
+        for reader in (read_dsn, read_arf, read_ses_notification, read_mta_bounce, read_auto_reply):
             report = reader(message)
             if report is not None:
                 return report

@@ -24,7 +24,7 @@ _ENHANCED = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 # Checked in this order: a block text wins over "user unknown" in "rejected: blocked, unknown".
 _BLOCK_TEXTS = re.compile(
     r"spamhaus|spamcop|barracuda|blocklist|blacklist|block ?list|blocked|"
-    r"listed (?:at|on|in)|\bRBL\b|DNSBL|poor reputation|bad reputation|sender reputation|"
+    r"(?<!not )listed (?:at|on|in)|\bRBL\b|DNSBL|poor reputation|bad reputation|sender reputation|"
     r"reputation|spam|junk mail|polic(?:y|ies)|not authori[sz]ed|access denied|prohibit|"
     r"authentication (?:failed|required)|DMARC|SPF|DKIM|unsolicited|"
     r"rejected by (?:the )?(?:recipient|receiving) (?:domain|server)|"
@@ -54,6 +54,8 @@ _SOFT_TEXTS = re.compile(
     r"try (?:again )?later|temporar|out of storage|too much mail|quota|"
     r"mailbox .{0,40}exceeded|exceeded the local limit|mailbox is frozen|folder is full|"
     r"host not reachable|timed out|"
+    # the address as sent was malformed (a mistake in the message, not a missing mailbox)
+    r"incorrectly constructed|malformed address|"
     # given up after retrying: the address was never refused
     r"retry (?:timeout|time) (?:exceeded|not reached)|failing for a long time|"
     r"message expired|envelope expired|could not deliver for the last|"
@@ -80,6 +82,8 @@ _HARD_TEXTS = re.compile(
     r"recipient not found|host [\w.-]+ not found|domain is not reachable|invalid domain|"
     r"couldn'?t find a mail exchanger|no MX (?:record )?found|host unknown|"
     r"no valid recipients|"
+    # Domino: the address is in no directory of the domain
+    r"not listed in (?:the )?(?:public )?(?:name (?:&|and) address book|directory)|"
     # Domino and Notes in Japanese: "not found in the directory", "not in the directory list"
     r"見つかりません|リストにありません",
     re.IGNORECASE,
@@ -100,6 +104,8 @@ def classify(code: int, text: str) -> str:
             return SOFT  # greylisting (often 4.7.1) only asks to come back later
         if _SUSPENDED.search(text) or (subject, detail) == ("7", "13"):
             return SOFT  # a disabled account (X.7.13) may come back; the address is real
+        if (klass, subject, detail) == ("5", "6", "7"):
+            return HARD  # RFC 6531: a non-ASCII address the server cannot take, for good
         if subject in ("6", "7"):
             return BLOCK  # X.6.x: the message's content was refused; X.7.x: policy
         if klass == "4":

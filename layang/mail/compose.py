@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from email.headerregistry import AddressHeader, Group, UnstructuredHeader
 from itertools import pairwise
 
+from layang.mail.idn import to_ascii
 from layang.mail.message import (
     HEADER_NAME,
     LOCAL_PART,
@@ -169,7 +170,8 @@ def compose_message(message: OutgoingMessage, message_id: str) -> bytes:
         body = _multipart("mixed", [body, *attachments], literal)
     head.append(body[0])
     head.append("\r\n")
-    return "".join(head).encode("ascii") + body[1]
+    # ASCII but for a non-ASCII local part in an address field (RFC 6532; sent over SMTPUTF8).
+    return "".join(head).encode("utf-8") + body[1]
 
 
 # --- Headers -------------------------------------------------------------------------------
@@ -453,7 +455,7 @@ def _groups(groups: Iterable[Group]) -> list[str]:
                 items[-1] += ","
             local, _, domain = address.addr_spec.rpartition("@")
             if not domain.isascii():
-                domain = domain.encode("idna").decode("ascii")
+                domain = to_ascii(domain)
             if not local.isascii():
                 raise ValueError(f"cannot write a non-ASCII local part: {address.addr_spec!r}")
             spec = f"{local}@{domain}"

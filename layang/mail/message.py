@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from email import policy
 from typing import Any
 
+from layang.mail.idn import InvalidDomain, to_ascii
+
 # --- Rules -------------------------------------------------------------------------------
 
 MAX_RECIPIENTS = 1000  # to + cc + bcc of one message
@@ -28,9 +30,12 @@ MAX_ATTACHMENTS = 100
 MAX_HEADERS = 100  # custom headers of one message, besides those the service writes
 MAX_NESTING = 32  # levels of objects and arrays in any one request member (substitutionData…)
 
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+# RFC 5322 atext and qtext, with RFC 6532's UTF8-non-ascii (but no C1 control and no white
+# space): a non-ASCII local part goes out only over SMTPUTF8 (RFC 6531).
+_UTF8 = r"(?![\s\x80-\x9f])[^\x00-\x7f]"
+_ATOM = rf"(?:[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]|{_UTF8})+"
 LOCAL_PART = re.compile(
-    rf"^(?:{_ATOM}(?:\.{_ATOM})*|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\")$"
+    rf"^(?:{_ATOM}(?:\.{_ATOM})*|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|{_UTF8}|\\[\x20-\x7e])*\")$"
 )
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
@@ -98,7 +103,8 @@ def distinct_tags(tags: Iterable[str]) -> tuple[str, ...]:
 
 
 def normalize_address(value: str) -> str:
-    """``local@domain`` with the domain lower-cased and IDNA-encoded.
+    """``local@domain`` with the domain lower-cased and IDNA-encoded (IDNA 2008 with UTS #46,
+    :func:`layang.mail.idn.to_ascii`).
 
     Raises :class:`InvalidAddress` naming what is wrong.
     """
@@ -106,17 +112,17 @@ def normalize_address(value: str) -> str:
     local, at, domain = value.rpartition("@")
     if not at or not local or not domain:
         raise InvalidAddress("Not a valid email address.")
-    if not LOCAL_PART.match(local) or len(local) > 64:
+    if not LOCAL_PART.match(local) or len(local.encode("utf-8", "surrogatepass")) > 64:
         raise InvalidAddress("Not a valid email address.")
     try:
-        ascii_domain = domain.rstrip(".").encode("idna").decode("ascii").lower()
-    except UnicodeError:
-        raise InvalidAddress("Not a valid email address: bad domain.") from None
+        ascii_domain = to_ascii(domain)
+    except InvalidDomain as error:
+        raise InvalidAddress(f"Not a valid email address: {error}") from None
     labels = ascii_domain.split(".")
     if len(labels) < 2 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
         raise InvalidAddress("Not a valid email address: bad domain.")
     address = f"{local}@{ascii_domain}"
-    if len(address) > 254:
+    if len(address.encode("utf-8", "surrogatepass")) > 254:
         raise InvalidAddress("Not a valid email address: too long.")
     return address
 

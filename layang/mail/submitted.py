@@ -142,7 +142,7 @@ def _authorship_problem(from_fields: int, sender: object) -> str | None:
 
 def _unfolded_value(field: list[bytes]) -> str:
     value = b"".join(field).split(b":", 1)[1].strip()
-    return value.decode("ascii", "replace")
+    return value.decode("utf-8", "replace")  # RFC 6532 allows UTF-8 in header fields
 
 
 def _tag_value(field: list[bytes]) -> str:
@@ -158,14 +158,14 @@ _FOLD_AT = 78
 def with_fields(raw: bytes, replaced: Collection[str], fields: Sequence[Header]) -> bytes:
     """``raw`` (a submitted message as stored) without its header fields named in ``replaced``
     (lower-case), continuation lines and all, and with ``fields`` at the end of its header;
-    every other byte as it was. A value is ASCII; one longer than a line is folded after each
-    comma of its list, as composing folds it. Raises ``UnicodeEncodeError`` for a value that
-    is not ASCII."""
+    every other byte as it was. A value is ASCII, or UTF-8 where it names an address with a
+    non-ASCII local part (RFC 6532); one longer than a line is folded after each comma of its
+    list, as composing folds it."""
     lines, rest = _split(raw)
     kept = [line for field in _fields(lines) if _name(field) not in replaced for line in field]
     for field in fields:
         line = f"{field.name}: {field.value}"
         if len(line) > _FOLD_AT:
             line = line.replace(", ", ",\r\n ")
-        kept.append(line.encode("ascii"))
+        kept.append(line.encode("utf-8"))
     return b"\r\n".join(kept) + rest

@@ -466,6 +466,7 @@ def submission_server(
         auth_required=True,
         auth_require_tls=True,
         data_size_limit=config.max_message_bytes,
-        enable_SMTPUTF8=False,
+        # RFC 6531: addresses with non-ASCII local parts, relayed over SMTPUTF8 where offered.
+        enable_SMTPUTF8=True,
         ident="Layang ESMTP",
     )

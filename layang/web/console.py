@@ -36,6 +36,7 @@ from layang.domain.errors import (
     NotFound,
     RoleNeeded,
 )
+from layang.mail.idn import display_form
 from layang.mail.message import (
     MAX_DISPLAY_NAME,
     MAX_NESTING,
@@ -783,6 +784,8 @@ def register(blueprint: flask.Blueprint) -> None:
     blueprint.add_app_template_global(csrf_token, "csrf_token")
     blueprint.add_app_template_filter(detail_label, "detail_label")
     blueprint.add_app_template_filter(with_breaks, "breaks")
+    # Domains are stored as A-labels (xn--…) and shown as their U-labels.
+    blueprint.add_app_template_filter(display_form, "unicode")
     blueprint.add_app_template_filter(reply_gist, "reply_gist")
     blueprint.add_app_template_filter(lambda ms: iso_ms(ms)[:16].replace("T", " ") + " UTC", "when")
     blueprint.add_app_template_filter(iso_ms, "iso")

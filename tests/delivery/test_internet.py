@@ -88,6 +88,7 @@ def test_the_standard_zone_resolves_as_each_behaviour_says(internet):
 
     results = {k: asyncio.run(outcome(d)) for k, d in world.items()}
     assert results["null_mx"] == "null_mx" and results["nxdomain"] == "no_domain"
+    assert results["mx_nxdomain"] == "no_domain"
     assert results["servfail"] == "temporary"
     assert results["normal"].site == results["shared"].site == "mx.normal.example"
     assert results["provider"].site == "google.com"

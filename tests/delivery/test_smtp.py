@@ -420,6 +420,6 @@ def test_requiretls_is_a_mail_parameter_and_bounces_where_not_offered(certificat
         assert [verb for verb, _ in server.attempts if verb == "REQUIRETLS"] == ["REQUIRETLS"]
     with Upstream() as plain:
         (result,) = clients(plain.url).send(["a@rcpt.test"], requiretls=True)
-        assert (result.code, result.outcome) == (0, "bounced")
+        assert (result.code, result.outcome) == (550, "bounced")
         assert result.reply == f"550 5.7.30 REQUIRETLS is not supported by 127.0.0.1:{plain.port}"
         assert verbs(plain, "MAIL") == []

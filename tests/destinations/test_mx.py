@@ -92,6 +92,39 @@ def test_null_mx_and_missing_domains_bounce_at_once(internet, resolver):
     assert bare.kind == "no_domain" and "no MX, A or AAAA" in bare.reply
 
 
+def test_a_domain_whose_every_mx_host_is_missing_or_without_address_bounces(internet, resolver):
+    # RFC 5321 section 5.1: an MX set none of whose names resolves is an error, not a wait.
+    internet.domain("ghost.example", (10, "mx.nonexistent.example"))
+    ghost = failure(resolver, "ghost.example")
+    assert (ghost.kind, ghost.code) == ("no_domain", 550)
+    assert ghost.reply == (
+        "550 5.1.2 Recipient domain ghost.example has no usable mail server"
+        " (no address for MX host mx.nonexistent.example)"
+    )
+    internet.zone.exists("mx.bare.example")  # the name exists, with no A or AAAA
+    internet.zone.add_txt("mx.txt.example", "v=spf1 -all")
+    internet.domain("bare-mx.example", (10, "mx.bare.example"), (20, "mx.txt.example"))
+    bare = failure(resolver, "bare-mx.example")
+    assert (bare.kind, bare.code) == ("no_domain", 550)
+    assert "mx.bare.example, mx.txt.example" in bare.reply
+    # One usable host among missing ones is enough.
+    internet.server("mx.real.example")
+    internet.domain("mixed.example", (5, "mx.nonexistent.example"), (10, "mx.real.example"))
+    assert [h.name for h in resolve(resolver, "mixed.example").hosts] == ["mx.real.example"]
+    # A missing host beside one whose look-up fails for now: that one may yet answer.
+    internet.domain("unsure.example", (10, "mx.nonexistent.example"), (20, "mx.down.example"))
+    internet.zone.servfail.add("mx.down.example")
+    unsure = failure(resolver, "unsure.example")
+    assert (unsure.kind, unsure.code) == ("temporary", 451)
+    assert "SERVFAIL for mx.down.example" in unsure.reply
+    internet.domain("hushed.example", (10, "mx.nonexistent.example"), (20, "mx.hushed.example"))
+    internet.zone.add_a("mx.hushed.example", "127.0.0.9")
+    internet.zone.silent.add("mx.hushed.example")
+    slow = MxResolver(internet.resolver, Shaping.load(None), timeout=0.5)
+    hushed = failure(slow, "hushed.example")
+    assert hushed.kind == "temporary" and "timeout" in hushed.reply
+
+
 def test_servfail_and_timeouts_delay_and_never_fall_back_to_a(internet, resolver):
     internet.zone.add_a("broken.example", "127.0.0.9")
     internet.zone.servfail.add("broken.example")

@@ -17,6 +17,7 @@ from layang.domain.feedback import (
     AutoReply,
     DeliveryReport,
     FeedbackReport,
+    RecipientStatus,
     bounce_class,
 )
 from layang.inbound.reports import read_report
@@ -191,6 +192,169 @@ def test_an_auto_reply_is_kept_as_such_and_suppresses_nothing(
     assert [item["id"] for item in found["items"]] == [record_id]
 
 
+# -- kinds the corpus showed, with inputs of our own ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "diagnostic", "told", "expected"),
+    [
+        # RFC 3463 X.2.1 is "mailbox disabled": the mailbox exists, whatever words come with it,
+        # unless the refusal plainly answered RCPT TO (then it is the address that was refused).
+        ("5.2.1", "550 5.2.1 <ana@b.example>... User Unknown", "", "block"),
+        (
+            "5.2.1",
+            "550 5.2.1 <ana@b.example>... User Unknown (in reply to RCPT TO command)",
+            "",
+            "hard",
+        ),
+        (
+            "5.2.1",
+            "",
+            '"ana@b.example":\nSMTP error from remote server after RCPT command:\n'
+            "550 5.2.1 User unknown",
+            "hard",
+        ),
+        ("5.2.1", "550 5.2.1 Mailbox disabled for this recipient", "", "block"),
+        # Domino: an address in no directory is unknown; "listed in" a block list still blocks.
+        ("5.0.0", "", "User  not listed in public Name & Address Book\nana@b.example", "hard"),
+        ("5.0.0", "554 Client host listed in zen.spamhaus.org", "", "block"),
+        # A Japanese carrier's domain filter says "550 : User unknown", naming no address; the
+        # notice's own "<address>:" line above the reply is not the reply naming it.
+        ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550: : User unknown", "block"),
+        ("5.0.0", "", "<ana@ezweb.ne.jp>:\n550 <ana@ezweb.ne.jp>: User unknown", "hard"),
+        (
+            "5.3.0",
+            "5.3.0 - Other mail system problem 550-'Unknown user ana@docomo.ne.jp'",
+            "",
+            "block",
+        ),
+        (
+            "5.0.0",
+            "",
+            "<ana@ezweb.ne.jp>\nThe recipient was rejected by a remote mail server.",
+            "block",
+        ),
+        ("5.2.2", "552 5.2.2 Mailbox full: ana@docomo.ne.jp rejected", "", "soft"),
+    ],
+)
+def test_a_report_is_hard_only_when_it_says_the_address_is_bad(status, diagnostic, told, expected):
+    found = bounce_class(RecipientStatus("failed", status, diagnostic, "ana@b.example", told))
+    assert found == expected
+
+
+def test_each_address_of_a_notice_with_crlf_line_ends_gets_its_own_reason():
+    notice = (
+        b"From: MAILER-DAEMON@mx.a.example\r\nTo: shop@a.example\r\nSubject: failure notice\r\n"
+        b"\r\nHi. This is the qmail-send program at mx.a.example.\r\n"
+        b"I'm afraid I wasn't able to deliver your message to the following addresses.\r\n\r\n"
+        b"<gone@b.example>:\r\n192.0.2.25 does not like recipient.\r\n"
+        b"Remote host said: 550 5.1.1 <gone@b.example>: User unknown\r\n\r\n"
+        b"<full@b.example>:\r\n192.0.2.25 does not like recipient.\r\n"
+        b"Remote host said: 552 5.2.2 <full@b.example>: Mailbox full\r\n\r\n"
+        b"--- Below this line is a copy of the message.\r\n\r\nSubject: hi\r\n\r\nhi\r\n"
+    )
+    report = read_report(notice)
+    assert [(s.final_recipient, bounce_class(s)) for s in report.statuses] == [
+        ("gone@b.example", "hard"),
+        ("full@b.example", "soft"),
+    ]
+
+
+def test_a_nonstandard_expired_action_is_a_failure_and_a_malformed_address_soft():
+    report = (
+        b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\nSubject: Undelivered\n"
+        b"MIME-Version: 1.0\nContent-Type: multipart/report; report-type=delivery-status;"
+        b' boundary="b"\n\n--b\nContent-Type: text/plain\n\nGave up.\n'
+        b"--b\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.a.example\n\n"
+        b"Final-Recipient: rfc822; ana@b.example\nAction: expired\n"
+        b"Diagnostic-Code: smtp; Connection timed out\n\n--b--\n"
+    )
+    (status,) = read_report(report).statuses
+    assert (status.action, bounce_class(status)) == ("failed", "soft")
+    malformed = RecipientStatus(
+        "failed", "5.0.0", "", "", "kijitora@b.example <neko@c.example>: malformed address"
+    )
+    assert bounce_class(malformed) == "soft"
+
+
+def ses_notification(body: dict) -> bytes:
+    footer = "\n\n--\nIf you wish to stop receiving notifications from this topic, ...\n"
+    return (
+        "From: AWS Notifications <no-reply@sns.amazonaws.com>\nTo: ops@a.example\n"
+        "Subject: AWS Notification Message\nContent-Type: text/plain; charset=UTF-8\n\n"
+        + json.dumps(body)
+        + footer
+    ).encode()
+
+
+def test_amazon_ses_notifications_are_read_as_the_reports_they_carry():
+    token = "a" * 42
+    mail = {"headers": [{"name": "X-Layang-Id", "value": token}], "source": "shop@a.example"}
+    bounce = read_report(
+        ses_notification(
+            {
+                "notificationType": "Bounce",
+                "bounce": {
+                    "bounceType": "Permanent",
+                    "bouncedRecipients": [
+                        {
+                            "emailAddress": "gone@b.example",
+                            "action": "failed",
+                            "status": "5.1.1",
+                            "diagnosticCode": "smtp; 550 5.1.1 user unknown",
+                        }
+                    ],
+                    "reportingMTA": "dsn; a1.smtp-out.amazonses.com",
+                },
+                "mail": mail,
+            }
+        )
+    )
+    assert isinstance(bounce, DeliveryReport) and bounce.original_tokens == (token,)
+    (status,) = bounce.statuses
+    assert (status.final_recipient, status.diagnostic, bounce_class(status)) == (
+        "gone@b.example",
+        "550 5.1.1 user unknown",
+        "hard",
+    )
+    complaint = read_report(
+        ses_notification(
+            {
+                "notificationType": "Complaint",
+                "complaint": {"complaintFeedbackType": "abuse"},
+                "mail": mail,
+            }
+        )
+    )
+    assert isinstance(complaint, FeedbackReport) and complaint.feedback_type == "abuse"
+    delivered = read_report(
+        ses_notification(
+            {"notificationType": "Delivery", "delivery": {"recipients": ["ana@b.example"]}}
+        )
+    )
+    assert classes_given(delivered) == ["none"]
+
+
+def test_a_sendmail_transcript_gives_each_address_its_own_verdict():
+    notice = (
+        b"From: MAILER-DAEMON@mx.a.example\nTo: shop@a.example\n"
+        b"Subject: Returned mail: User unknown\n\n"
+        b"   ----- Transcript of session follows -----\n"
+        b"While talking to mx.c.example:\n>>> RCPT To:<gone@c.example>\n"
+        b"<<< 550 No such user here.\n"
+        b"550 <gone@c.example>... User unknown\n"
+        b"554 <ana@nowhere.example>... 550 Host unknown (Authoritative answer from name server)\n"
+        b"451 <bo@d.example>... Deferred: Connection timed out with d.example\n"
+        b"\n   ----- Unsent message follows -----\nSubject: hi\n\nhi\n"
+    )
+    report = read_report(notice)
+    assert [(s.final_recipient, bounce_class(s)) for s in report.statuses] == [
+        ("gone@c.example", "hard"),
+        ("ana@nowhere.example", "hard"),
+        ("bo@d.example", "soft"),
+    ]
+
+
 # -- the corpus of real reports -----------------------------------------------------------
 
 
@@ -247,5 +411,5 @@ def test_the_corpus_reading_does_not_slip_back():
     # The figures reached so far, held while the rest of the way to the labels is made.
     matched, total, wrong_hard, _ = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.875
-    assert len(wrong_hard) <= 15, wrong_hard
+    assert matched / total >= 0.9
+    assert len(wrong_hard) <= 10, wrong_hard

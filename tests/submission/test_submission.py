@@ -515,3 +515,28 @@ def test_swaks_submission_keeps_dots_once_and_drops_hidden_fields(
     for name in (b"Bcc:", b"Resent-Bcc:", b"Return-Path:", b"X-Layang-Stream:", b"Idempotency-"):
         assert name not in header, name
     assert b"blind@rcpt.test" not in message and b"client-chosen" not in message
+
+
+def test_a_non_ascii_local_part_is_submitted_and_relayed_over_smtputf8(
+    server, smtp_config, app, upstream, relay_to
+):
+    live = accounts.create_account("bigshop", live=True)
+    key = accounts.create_api_key(live)[1]
+    smtp = connect(smtp_config)
+    assert smtp.has_extn("smtputf8")
+    smtp.login("bigshop", key)
+    raw = (
+        "From: Big Shop <news@bigshop.test>\r\nTo: Jörg <jörg@faß.de>\r\n"
+        "Subject: Grüße\r\n\r\nHallo.\r\n"
+    ).encode()
+    smtp.sendmail("news@bigshop.test", ["jörg@faß.de"], raw, mail_options=["SMTPUTF8"])
+    with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+        smtp.sendmail("news@bigshop.test", ["kunde@☃.de"], raw, mail_options=["SMTPUTF8"])
+    assert refused.value.recipients["kunde@☃.de"][0] == 553
+    smtp.quit()
+    drain(relay_to(upstream))
+    assert [r.address for r in Recipient.select()] == ["jörg@xn--fa-hia.de"]
+    (received,) = upstream.received
+    assert received.rcpt_tos == ["jörg@xn--fa-hia.de"]
+    assert any(verb == "SMTPUTF8" for verb, _ in upstream.attempts)
+    assert "To: Jörg <jörg@faß.de>".encode() in received.data

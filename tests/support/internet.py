@@ -234,6 +234,7 @@ class Internet:
         self.domain("gmail-hosted.example", (5, "gmail-smtp-in.l.google.com"))
         self.server("mx.v6.example", ipv6=True)
         self.domain("v6.example", (10, "mx.v6.example"))
+        self.domain("ghost-mx.example", (10, "mx.nonexistent.example"))  # NXDOMAIN host
         return {
             "normal": "normal.example",
             "shared": "shared.example",
@@ -248,6 +249,7 @@ class Internet:
             "hangs_after_data": "hang.example",
             "provider": "gmail-hosted.example",
             "ipv6": "v6.example",
+            "mx_nxdomain": "ghost-mx.example",
         }
 
     def close(self) -> None:

@@ -147,8 +147,12 @@ class Upstream:
         host: str = HOST,
         port: int = 0,
         requiretls: bool = False,
+        smtputf8: bool = True,
     ) -> None:
         self.pipelining = pipelining
+        # Offer RFC 6531's SMTPUTF8 (as aiosmtpd's Controller does by default); MAIL commands
+        # carrying it are noted as ("SMTPUTF8", its arguments) in ``attempts``.
+        self.smtputf8 = smtputf8
         # Offer RFC 8689's REQUIRETLS once TLS is up; MAIL commands carrying it are noted as
         # ("REQUIRETLS", sender) in ``attempts``.
         self.requiretls = requiretls
@@ -539,6 +543,8 @@ class _TrackedSMTP(SMTP):
                 await self.push("555 5.5.4 MAIL FROM parameters not recognized")
                 return
             self.upstream._note("REQUIRETLS", arg or "")
+        if "SMTPUTF8" in (arg or "").upper().split():
+            self.upstream._note("SMTPUTF8", arg or "")
         await super().smtp_MAIL(arg)
 
     async def smtp_BDAT(self, arg: str) -> None:
@@ -605,6 +611,7 @@ class _Controller(Controller):
             require_starttls=False,
             auth_require_tls=True,
             ready_timeout=5.0,
+            enable_SMTPUTF8=upstream.smtputf8,
             **extra,
         )
         self.upstream = upstream

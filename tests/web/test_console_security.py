@@ -124,3 +124,48 @@ def test_security_page_without_sessions(client, live_server, browser):
     sign_in(page, live_server, key)
     page.goto(f"{live_server}/console/security")
     assert "No mail to outside mail servers" in page.inner_text("main")
+
+
+def test_the_security_page_lists_every_session_plaintext_ones_as_no_tls(
+    client, config, internet, tmp_path, browser, live_server
+):
+    """Issue 43 item 4: plaintext direct-to-MX deliveries appeared nowhere; every session's
+    TLS outcome is listed, plaintext as "no TLS", TLS ones as met."""
+    from dataclasses import replace
+
+    from tests.delivery.test_direct import Running, send_to, settled, wait_until
+    from tests.support.tls_pki import LocalCA
+
+    acme = accounts.create_account("acme", live=True)
+    key = accounts.create_api_key(acme)[1]
+    auth = {"Authorization": f"Bearer {key}"}
+    internet.server("mx.plain.test")  # offers no STARTTLS
+    internet.domain("plain.test", (10, "mx.plain.test"))
+    ca = LocalCA(tmp_path / "ca")
+    internet.server("mx.secure.test", tls_context=ca.server_context("mx.secure.test"))
+    internet.domain("secure.test", (10, "mx.secure.test"))
+    addresses = ["ana@plain.test", "bo@plain.test", "cy@secure.test"]
+    send_to(client, auth, addresses)
+    mx_config = internet.configure(replace(config, retry_base_seconds=60))
+    running = Running(replace(mx_config, tls_cafile=str(ca.cafile)))
+    try:
+        wait_until(lambda: settled(addresses), 30, "not every recipient settled")
+    finally:
+        running.stop()
+    assert {Recipient.get(Recipient.address == a).status for a in addresses} == {"Delivery"}
+
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    sign_in(page, live_server, key)
+    page.goto(f"{live_server}/console/security")
+    rows = {
+        row.locator("td").first.inner_text(): row.inner_text()
+        for row in page.locator("table.security tbody tr").all()
+    }
+    assert set(rows) == {"plain.test", "secure.test"}, rows
+    plain = rows["plain.test"]
+    assert "none (opportunistic)" in plain and "no TLS" in plain
+    assert "0 met" in plain and "failed" not in plain
+    assert "mx.plain.test does not offer STARTTLS" in plain
+    secure = rows["secure.test"]
+    assert "1 met" in secure and "no TLS" not in secure
+    screenshot(page, "console-security-no-tls")
