@@ -358,18 +358,22 @@ class PostfixSink(Sink):
 
     name = "Postfix smtp-sink"
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, sessions: int = SMTP_SINK_SESSIONS) -> None:
         self.port = port
+        self.sessions = sessions
+        if sessions != SMTP_SINK_SESSIONS:
+            self.name = f"Postfix smtp-sink -m {sessions}"
         # smtp-sink drops privileges and insists on being told to whom when started as root.
         user = ["-u", "nobody"] if os.geteuid() == 0 else []
         # -m: smtp-sink serves 256 sessions at once by default and leaves the rest unanswered
-        # in the listen queue; a worker of several processes opens more than that.
+        # in the listen queue; a worker of several processes opens more than that. A smaller
+        # -m stands for a server with a process limit (Postfix's smtpd: 100).
         self.process = subprocess.Popen(
             [
                 f"{SBIN}/smtp-sink",
                 "-c",
                 "-m",
-                str(SMTP_SINK_SESSIONS),
+                str(sessions),
                 *user,
                 f"127.0.0.1:{port}",
                 "1024",

@@ -276,8 +276,16 @@ def test_worker_processes_share_the_queue_and_die_with_the_first(
     assert set(got.values()) == {1}
 
 
-def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstream, tmp_path):
-    # 3,000 emails at full speed; the worker is killed mid-stream, another one finishes.
+PROCESSES = 2
+BOUND_PER_PROCESS = 100  # docs/delivery.md, "At least once, at most 100 sent again"
+
+
+def test_a_killed_worker_command_resends_at_most_a_hundred_per_process(
+    client, auth, config, upstream, tmp_path
+):
+    # 3,000 emails at full speed; every process of a `layang worker --processes 2` is killed
+    # at once mid-stream (a crashing machine), another worker finishes. The bound measured is
+    # the command's: 100 per process, 200 in all.
     for start_at in range(0, 3000, 100):
         response = client.post(
             "/v1/layang/transmissions",
@@ -291,13 +299,32 @@ def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstrea
         )
         assert response.status_code == 200
     env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_LEASE_SECONDS=2)
-    first = start(["worker", "--processes", "1"], env, tmp_path / "w1.log")
+    log = tmp_path / "w1.log"
+    first = start(["worker", "--processes", str(PROCESSES)], env, log)
     try:
-        wait_until(lambda: len(upstream.received) >= 1000, 60, "the first worker is stuck")
-        first.send_signal(signal.SIGKILL)
+        wait_while_running(
+            lambda: log.read_text().count("worker started") == PROCESSES,
+            first,
+            log,
+            "the worker's processes did not start",
+        )
+        processes = {first.pid, *child_pids(first.pid)}
+        assert len(processes) == PROCESSES
+        wait_while_running(
+            lambda: len(upstream.received) >= 1000, first, log, "the first worker is stuck"
+        )
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         first.wait(10)
+        wait_until(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes - {first.pid}),
+            10,
+            "a worker process outlived the kill",
+        )
     finally:
         stop(first)
+    killed_at = len(upstream.received)
     second = start(["worker", "--processes", "1"], env, tmp_path / "w2.log")
     try:
         wait_until(all_delivered, 90, "the second worker did not finish")
@@ -305,6 +332,8 @@ def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstrea
         stop(second)
     counts = collections.Counter(a for r in upstream.received for a in r.rcpt_tos)
     assert len(counts) == 3000
+    # Mid-flow: the kill left mail for the second worker to send.
+    assert killed_at < 3000
     resent = sum(counts.values()) - 3000
-    print(f"resent after the kill: {resent} of 3000")
-    assert resent <= 100
+    print(f"resent after killing {PROCESSES} processes: {resent} of 3000")
+    assert resent <= BOUND_PER_PROCESS * PROCESSES
