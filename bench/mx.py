@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.support.latency_sink import Sink, SinkSession, SinkState  # noqa: E402
+from bench.support.latency_sink import Sink, SinkSession, SinkState, control  # noqa: E402
 from bench.support.layang_run import Layang  # noqa: E402
 from bench.support.postfix import (  # noqa: E402
     PrivatePostfix,
@@ -131,6 +131,10 @@ class Site:
     def data_delay(self) -> float:
         return self.totals.data_delay
 
+    @property
+    def chunking(self) -> bool:
+        return self.totals.chunking
+
     def count(self, recipients: int, now: float) -> None:
         self.delivered += recipients
         self.buckets[int(now - self.totals.t0)] += recipients
@@ -192,25 +196,16 @@ async def serve_sites(port: int, hosts: list[str]) -> None:
                 lambda site=site: SiteSession(site), host, port, backlog=1024, reuse_address=True
             )
         )
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    print("ready", flush=True)
-    while line := (await reader.readline()).decode():
-        words = line.split()
-        if words[0] == "set":
-            totals.latency, totals.data_delay = float(words[1]) / 1000, float(words[2]) / 1000
-            print("ok", flush=True)
-        elif words[0] == "expect":
-            totals.expect(int(words[1]), [int(w) for w in words[2:]])
-            print("ok", flush=True)
-        elif words[0] == "count":
-            print(f"count {totals.delivered}", flush=True)
-        elif words[0] == "throttle":
-            totals.throttle_site, totals.throttle_at = int(words[1]), int(words[2])
-            totals.throttle_seconds = float(words[3])
-            print("ok", flush=True)
-        elif words[0] == "stats":
-            print("stats " + json.dumps(totals.stats()), flush=True)
+
+    def throttle(words: list[str]) -> str:
+        totals.throttle_site, totals.throttle_at = int(words[1]), int(words[2])
+        totals.throttle_seconds = float(words[3])
+        return "ok"
+
+    await control(
+        totals,
+        {"throttle": throttle, "stats": lambda _: "stats " + json.dumps(totals.stats())},
+    )
     for server in servers:
         server.close()
 

@@ -4,6 +4,7 @@ the same local upstream, in the same run, case after case; the ratios are paired
     python bench/vs_postfix.py [--repeat 3] [--quick] [--cases 0ms,25ms,...] [--scale 1.0]
                                [--admin-url postgresql://user:password@127.0.0.1:5432/db]
                                [--zero-sink auto|smtp-sink|asyncio] [--queue-sizes 1000,10000,50000]
+                               [--sessions N] [--no-chunking] [--sink-limit N]
 
 The upstream is an asyncio SMTP sink (``bench/support/latency_sink.py``) whose every reply
 leaves L ms after the command it answers arrived: pipelined commands do not add up, a stand-in
@@ -26,6 +27,25 @@ through the domain's intake while no worker runs and held (due in the year 3000)
 with the NOTIFY an enqueue sends), and the drain timed from the release until the sink has them
 all, as Postfix's is; then the worker is stopped. Whatever ``layang worker`` is (processes,
 connections) is what is measured.
+
+``--sessions N`` compares the two at equal session limits: Postfix's per-destination concurrency
+(``default_destination_concurrency_limit``, ``smtp_destination_concurrency_limit`` and
+``relay_destination_concurrency_limit``) is N, and so is Layang's: the smarthost URL says
+``?sessions=N`` (the smarthost's session limit) when this Layang's URL parser knows the option,
+and one ``layang worker --processes 1`` with ``LAYANG_WORKER_CONNECTIONS=N`` bounds it the same
+either way. Without it each side runs as shipped (Postfix: 20 per destination; Layang: 200
+sessions per process, one process per core).
+
+CPU per 1,000 deliveries, both sides in the same run, from the release to the last delivery:
+the CPU seconds (user + system, from /proc/PID/stat) of the side's own processes plus the
+sink's process (Postfix: its master and every daemon under it; Layang: the worker's processes
+and the PostgreSQL backends serving its database), and, as a second figure, the whole
+machine's busy CPU (/proc/stat: others' work on a shared machine included).
+
+``--no-chunking``: the latency sink offers PIPELINING only (it offers CHUNKING, RFC 3030, by
+default, as Postfix ≥ 3.4, Gmail and Microsoft do). ``--sink-limit N``: the 0 ms sink is
+``smtp-sink -m N``, a server that serves N sessions at once and leaves the rest in its listen
+queue, as a process limit does.
 
 Cases (each: Layang's rate over Postfix's in the same repetition):
 
@@ -58,9 +78,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.support.latency_sink import PostfixSink, Sink, run_sink  # noqa: E402
+from bench.support.latency_sink import (  # noqa: E402
+    SMTP_SINK_SESSIONS,
+    PostfixSink,
+    Sink,
+    run_sink,
+)
 from bench.support.layang_run import Layang  # noqa: E402
-from bench.support.machine import free_port  # noqa: E402
+from bench.support.machine import cpu_by_process, cpu_used, free_port, machine_cpu  # noqa: E402
 from bench.support.postfix import (  # noqa: E402
     SBIN,
     PrivatePostfix,
@@ -91,6 +116,24 @@ CASES = [
 ]
 
 
+def relay_url(port: int, sessions: int | None) -> str:
+    """Layang's smarthost URL for the sink on ``port``. With ``sessions`` it carries
+    ``?sessions=N``, the smarthost's session limit (CONTRACT section 19), when this Layang's
+    URL parser knows the option (the worker's one process of N connections bounds it the same
+    either way)."""
+    from layang.delivery.smarthost import RelayConfigError, relay_from_url
+
+    url = f"smtp://127.0.0.1:{port}?tls=off"
+    if sessions is None:
+        return url
+    limited = f"{url}&sessions={sessions}"
+    try:
+        relay_from_url(limited)
+    except RelayConfigError:
+        return url
+    return limited
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
@@ -111,11 +154,28 @@ def main() -> None:
         default="postgresql://layang_ci:layang_ci@127.0.0.1:5432/layang_ci",
         help="a role that may create databases; a throwaway database is made and dropped",
     )
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        help="session limit of each side: Postfix's destination concurrency, Layang's "
+        "smarthost ?sessions=N with one worker process of N connections",
+    )
+    parser.add_argument(
+        "--no-chunking", action="store_true", help="the latency sink offers no CHUNKING"
+    )
+    parser.add_argument(
+        "--sink-limit",
+        type=int,
+        default=SMTP_SINK_SESSIONS,
+        help="sessions the 0 ms smtp-sink serves at once (-m)",
+    )
     parser.add_argument("--serve-sink", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sink:
         run_sink(args.serve_sink)
         return
+    if args.sessions is not None and args.sessions < 1:
+        raise SystemExit("--sessions: at least 1")
     if args.quick:
         args.scale, args.repeat = args.scale / 10, 1
         if args.queue_sizes == parser.get_default("queue_sizes"):
@@ -134,10 +194,14 @@ def main() -> None:
     use_smtp_sink = args.zero_sink == "smtp-sink" or (
         args.zero_sink == "auto" and Path(f"{SBIN}/smtp-sink").exists()
     )
-    sink = Sink(sink_port)
-    zero_sink = PostfixSink(zero_port) if use_smtp_sink else sink
-    postfix = PrivatePostfix(base / "postfix", sink_port)
-    postfix_zero = PrivatePostfix(base / "postfix-zero", zero_port) if use_smtp_sink else postfix
+    sink = Sink(sink_port, chunking=not args.no_chunking)
+    zero_sink = PostfixSink(zero_port, args.sink_limit) if use_smtp_sink else sink
+    postfix = PrivatePostfix(base / "postfix", sink_port, args.sessions)
+    postfix_zero = (
+        PrivatePostfix(base / "postfix-zero", zero_port, args.sessions)
+        if use_smtp_sink
+        else postfix
+    )
     layang: Layang | None = None
     results: dict[str, dict[str, list[float]]] = {}
     notes: list[str] = []
@@ -148,8 +212,12 @@ def main() -> None:
         for instance in {id(postfix): postfix, id(postfix_zero): postfix_zero}.values():
             instance.start()
         layang = Layang(args.admin_url, base / "layang", sink_port)
-        zero_env = {**layang.env, "LAYANG_RELAY_URL": f"smtp://127.0.0.1:{zero_port}?tls=off"}
-        sink_env = {**layang.env, "LAYANG_RELAY_URL": f"smtp://127.0.0.1:{sink_port}?tls=off"}
+        if args.sessions is not None:
+            # Equal footing: N sessions at most, whether or not the URL's ?sessions= is known.
+            layang.processes = 1
+            layang.env["LAYANG_WORKER_CONNECTIONS"] = str(args.sessions)
+        zero_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(zero_port, args.sessions)}
+        sink_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(sink_port, args.sessions)}
 
         def run_case(case: Case, rep: int) -> dict[str, float]:
             count = max(int(case.messages * args.scale), 10)
@@ -165,14 +233,20 @@ def main() -> None:
                 if side == "postfix":
                     instance.submit(composed(messages), xverp=case.recipients > 1)
                     upstream.expect(expected)
+                    sides = ([instance.master_pid()], [upstream.process.pid])
+                    before, machine = cpu_by_process(*sides), machine_cpu()
                     started = time.monotonic()
                     instance.release()
                     drained = upstream.wait(3600)
+                    timings["postfix_cpu"] = cpu_used(before, cpu_by_process(*sides))
+                    timings["postfix_machine"] = machine_cpu() - machine
                     timings["postfix"] = drained.last - started
                     instance.wait_empty()
                 else:
                     layang.fill(messages)
                     drained = layang.drain(upstream, expected)
+                    timings["layang_machine"] = layang.machine
+                    timings["layang_cpu"] = layang.cpu
                     timings["layang"] = drained.last - drained.started
                     timings["startup"] = drained.first - drained.started
                 time.sleep(0.5)
@@ -198,10 +272,23 @@ def main() -> None:
             drained = layang.drain(zero_sink, high, (low, high))
             return (high - low) / (drained.marks[high] - drained.marks[low])
 
+        if args.sessions is None:
+            limits = "default settings"
+        else:
+            given = (
+                "?sessions= in the URL"
+                if "sessions=" in sink_env["LAYANG_RELAY_URL"]
+                else ("?sessions= not known to this Layang's URL parser")
+            )
+            limits = (
+                f"{args.sessions} sessions each (Postfix: destination concurrency; Layang: "
+                f"1 process x {args.sessions} connections, {given})"
+            )
         print(
-            f"Layang: one `layang worker`, PostgreSQL; Postfix {postfix_version()}, default "
-            f"settings, relayhost the sink; {os.cpu_count()} cores; --repeat {args.repeat}; "
-            f"0 ms sink: {zero_sink.name}, others: {sink.name}; database {layang.name}",
+            f"Layang: one `layang worker`, PostgreSQL; Postfix {postfix_version()}; {limits}; "
+            f"relayhost the sink; {os.cpu_count()} cores; --repeat {args.repeat}; "
+            f"0 ms sink: {zero_sink.name}, others: {sink.name}; database {layang.name}; "
+            f"Layang's relay URL {sink_env['LAYANG_RELAY_URL']}",
             flush=True,
         )
         for rep in range(args.repeat):
@@ -212,16 +299,30 @@ def main() -> None:
                     notes,
                     args.admin_url,
                 )
-                row = results.setdefault(case.name, {"postfix": [], "layang": [], "ratio": []})
+                row = results.setdefault(case.name, {})
                 expected = timings["expected"]
-                row["postfix"].append(expected / timings["postfix"])
-                row["layang"].append(expected / timings["layang"])
-                row["ratio"].append(timings["postfix"] / timings["layang"])
+                per_thousand = {
+                    f"{side}_{kind}": timings[f"{side}_{kind}"] * 1000 / expected
+                    for side in ("postfix", "layang")
+                    for kind in ("cpu", "machine")
+                }
+                measured = {
+                    "postfix": expected / timings["postfix"],
+                    "layang": expected / timings["layang"],
+                    "ratio": timings["postfix"] / timings["layang"],
+                    **per_thousand,
+                    "cpu_ratio": per_thousand["layang_cpu"] / per_thousand["postfix_cpu"],
+                }
+                for key, value in measured.items():
+                    row.setdefault(key, []).append(value)
                 print(
                     f"  rep {rep + 1} {case.title}: {expected:.0f} deliveries, Postfix "
                     f"{timings['postfix']:.2f} s, Layang {timings['layang']:.2f} s "
                     f"(first delivery {timings['startup']:.2f} s after the release), "
-                    f"ratio {timings['postfix'] / timings['layang']:.3f}",
+                    f"ratio {measured['ratio']:.3f}; CPU s per 1,000 (sides + sink): Postfix "
+                    f"{per_thousand['postfix_cpu']:.2f}, Layang {per_thousand['layang_cpu']:.2f}"
+                    f"; machine: Postfix {per_thousand['postfix_machine']:.2f}, Layang "
+                    f"{per_thousand['layang_machine']:.2f}",
                     flush=True,
                 )
             if "dkim" in chosen:
@@ -284,15 +385,22 @@ def report(
 ) -> None:
     """The table (whatever was measured, should a later part have failed)."""
     print()
-    ratio = f"Layang / Postfix, median [min-max] of {args.repeat}"
-    print(f"| case | Postfix msg/s | Layang msg/s | {ratio} |")
-    print("|---|---|---|---|")
+    print(f"Median [min-max] of {args.repeat}; CPU: seconds per 1,000 deliveries of the side's")
+    print("processes and the sink's (machine: the whole machine's busy CPU, /proc/stat).")
+    print()
+    print(
+        "| case | Postfix msg/s | Layang msg/s | Layang / Postfix | Postfix CPU | Layang CPU "
+        "| Layang / Postfix CPU | machine CPU Postfix | machine CPU Layang |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         if not (row := results.get(case.name)):
             continue
         print(
-            f"| {case.title} | {statistics.median(row['postfix']):.1f} | "
-            f"{statistics.median(row['layang']):.1f} | {spread(row['ratio'])} |"
+            f"| {case.title} | {spread(row['postfix'], 1)} | {spread(row['layang'], 1)} | "
+            f"{spread(row['ratio'])} | {spread(row['postfix_cpu'])} | "
+            f"{spread(row['layang_cpu'])} | {spread(row['cpu_ratio'])} | "
+            f"{spread(row['postfix_machine'])} | {spread(row['layang_machine'])} |"
         )
     if "dkim" in results:
         row = results["dkim"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -14,10 +16,12 @@ from click.testing import CliRunner
 
 from layang.cli.commands import main
 from layang.clock import now_ms
-from layang.destinations import sites
+from layang.delivery.worker import Worker
+from layang.destinations import mx, sites
 from layang.destinations.mx import remember_sites
 from layang.domain import accounts
 from layang.metrics import site_outcome
+from layang.models import Event, Recipient
 from tests.conftest import BACKENDS
 from tests.support.internet import SLOW_DOWN
 
@@ -138,3 +142,49 @@ def test_metrics_show_each_site(waiting, client):
     assert 'layang_site_limit{site="google.com"} 2.0' in text
     assert 'layang_site_limit{site="c.example"} 10.0' in text
     assert re.search(r'layang_site_outcomes_total\{outcome="deferred",site="google.com"\} \d', text)
+
+
+def test_a_site_is_named_by_its_mx_hosts_even_when_none_answers(
+    client, auth, config, internet, layang
+):
+    # The MX records are known; the host down1.example's names has no address (yet), nothing
+    # listens on the hosts down2.example's name.
+    internet.domain("down1.example", (10, "mx.down1.example"))
+    internet.server("mx1.down2.example", refuse=True)
+    internet.server("mx2.down2.example", refuse=True)
+    internet.domain("down2.example", (10, "mx1.down2.example"), (20, "mx2.down2.example"))
+    send(client, auth, "ana@down1.example", "bo@down2.example")
+    mx_config = internet.configure(replace(config, retry_base_seconds=30))
+    worker = Worker(mx_config)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+
+    def tried() -> bool:
+        delayed = Event.select().where(Event.status == "Delay").count() == 2
+        return delayed and not Recipient.select().where(Recipient.lease_expires_at > now_ms())
+
+    try:
+        deadline = time.monotonic() + 30
+        while not tried():
+            assert time.monotonic() < deadline, "the worker did not try both domains"
+            time.sleep(0.05)
+        # What the worker learned is in the database by the time the attempt is recorded or
+        # soon after (the worker's next chores), not only once a host answers.
+        deadline = time.monotonic() + 10
+        while len(mx.sites_of(["down1.example", "down2.example"])) < 2:
+            assert time.monotonic() < deadline, "the MX look-ups were not remembered"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(60)
+    items = client.get("/v1/layang/queue", headers=auth).get_json()["items"]
+    assert sorted((i["domain"], i["site"], i["queued"]) for i in items) == [
+        ("down1.example", "mx.down1.example", 1),
+        ("down2.example", "mx1.down2.example+mx2.down2.example", 1),
+    ]
+    listed = json.loads(layang("queue", "--json").stdout)["sites"]
+    assert sorted((row["site"], row["domains"], row["queued"]) for row in listed) == [
+        ("mx.down1.example", ["down1.example"], 1),
+        ("mx1.down2.example+mx2.down2.example", ["down2.example"], 1),
+    ]

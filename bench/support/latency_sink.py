@@ -4,9 +4,13 @@ loopback lacks), optionally holding the reply to the end of DATA for longer (a c
 counts a delivery per recipient of each completed DATA and notes when the last one expected was
 answered.
 
-It runs in its own process (``python -m bench.support.latency_sink PORT``), driven over its stdin
-and stdout by :class:`Sink`; :class:`PostfixSink` drives Postfix's ``smtp-sink`` (replies at
-once) the same way.
+It offers CHUNKING (RFC 3030: ``BDAT n [LAST]``, exactly n octets after the command, one reply per
+chunk, the message's reply to the ``LAST`` one) as Postfix ≥ 3.4, Gmail and Microsoft do, unless
+started with ``--no-chunking`` (then PIPELINING only).
+
+It runs in its own process (``python -m bench.support.latency_sink PORT [--no-chunking]``),
+driven over its stdin and stdout by :class:`Sink`; :class:`PostfixSink` drives Postfix's
+``smtp-sink`` (replies at once) the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +42,7 @@ class SinkState:
     def __init__(self) -> None:
         self.latency = 0.0
         self.data_delay = 0.0
+        self.chunking = True
         self.delivered = 0
         self.expected = 0
         self.first: float | None = None
@@ -66,6 +72,12 @@ class SinkSession(asyncio.Protocol):
         self.in_data = False
         self.scan = 0
         self.recipients = 0
+        # BDAT: octets of the current chunk still to read, whether it is the last, and whether
+        # a chunk of this transaction was refused (the rest of it is read and refused too).
+        self.chunk_left = 0
+        self.chunk_last = False
+        self.in_chunk = False
+        self.chunks_refused = False
         self.pending: collections.deque[tuple[float, bytes, int, bool]] = collections.deque()
         self.timer: asyncio.TimerHandle | None = None
         self.last_due = 0.0
@@ -120,6 +132,15 @@ class SinkSession(asyncio.Protocol):
         now = time.monotonic()
         self.buffer += data
         while not self.closed:
+            if self.in_chunk:
+                taken = min(self.chunk_left, len(self.buffer))
+                del self.buffer[:taken]
+                self.chunk_left -= taken
+                if self.chunk_left:
+                    return
+                self.in_chunk = False
+                self.chunk_done(now)
+                continue
             if self.in_data:
                 end = self.buffer.find(b"\r\n.\r\n", self.scan)
                 if end < 0:
@@ -139,18 +160,44 @@ class SinkSession(asyncio.Protocol):
             del self.buffer[: end + 2]
             self.command(line, now)
 
+    def chunk_done(self, now: float) -> None:
+        """A BDAT chunk has been read whole: its reply (RFC 3030 §2), the message's on LAST."""
+        if self.chunks_refused or not self.recipients:
+            self.chunks_refused = not self.chunk_last
+            self.reply(b"503 5.5.1 Error: need RCPT command\r\n", now)
+            return
+        if not self.chunk_last:
+            self.reply(b"250 2.0.0 Ok: chunk received\r\n", now)
+            return
+        recipients, self.recipients = self.recipients, 0
+        self.reply(b"250 2.0.0 Ok: queued\r\n", now, self.state.data_delay, recipients)
+
+    def bdat(self, line: bytes, now: float) -> None:
+        """``BDAT n [LAST]``: the next n octets are the chunk, whatever they hold."""
+        words = line.split()
+        last = len(words) == 3 and words[2].upper() == b"LAST"
+        if len(words) not in (2, 3) or not words[1].isdigit() or (len(words) == 3 and not last):
+            # The size is unknown, so nothing can be skipped: the session cannot go on.
+            self.reply(b"501 5.5.4 Syntax: BDAT size [LAST]\r\n", now, close=True)
+            return
+        self.chunk_left, self.chunk_last, self.in_chunk = int(words[1]), last, True
+
     def command(self, line: bytes, now: float) -> None:
         verb = line[:4].upper()
         if verb == b"EHLO":
+            chunking = b"250-CHUNKING\r\n" if self.state.chunking else b""
             self.reply(
                 b"250-sink.bench\r\n250-PIPELINING\r\n250-SIZE 104857600\r\n"
-                b"250-ENHANCEDSTATUSCODES\r\n250 8BITMIME\r\n",
+                + chunking
+                + b"250-ENHANCEDSTATUSCODES\r\n250 8BITMIME\r\n",
                 now,
             )
+        elif verb == b"BDAT" and self.state.chunking:
+            self.bdat(line, now)
         elif verb == b"HELO":
             self.reply(b"250 sink.bench\r\n", now)
         elif verb == b"MAIL":
-            self.recipients = 0
+            self.recipients, self.chunks_refused = 0, False
             self.reply(b"250 2.1.0 Ok\r\n", now)
         elif verb == b"RCPT":
             self.recipients += 1
@@ -164,7 +211,7 @@ class SinkSession(asyncio.Protocol):
             self.buffer[:0] = b"\r\n"
             self.in_data = True
         elif verb == b"RSET":
-            self.recipients = 0
+            self.recipients, self.chunks_refused = 0, False
             self.reply(b"250 2.0.0 Ok\r\n", now)
         elif verb == b"NOOP":
             self.reply(b"250 2.0.0 Ok\r\n", now)
@@ -174,34 +221,47 @@ class SinkSession(asyncio.Protocol):
             self.reply(b"502 5.5.2 Error: command not recognized\r\n", now)
 
 
-async def serve_sink(port: int) -> None:
-    """The sink's process: SMTP on ``port``; control lines on stdin (``set LATENCY_MS DATA_MS``,
-    ``expect COUNT [MARK...]``, ``count``), answers on stdout."""
+async def control(
+    state: SinkState, more: dict[str, Callable[[list[str]], str]] | None = None
+) -> None:
+    """Answer the control lines on stdin until it closes: ``set LATENCY_MS DATA_MS``, ``expect
+    COUNT [MARK...]``, ``count``, and ``more`` (each word's handler gets the line's words and
+    returns the answer), printing ``ready`` first."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print("ready", flush=True)
+    while line := (await reader.readline()).decode():
+        words = line.split()
+        if words[0] == "set":
+            state.latency, state.data_delay = float(words[1]) / 1000, float(words[2]) / 1000
+            print("ok", flush=True)
+        elif words[0] == "expect":
+            state.expect(int(words[1]), [int(w) for w in words[2:]])
+            print("ok", flush=True)
+        elif words[0] == "count":
+            print(f"count {state.delivered}", flush=True)
+        elif more and words[0] in more:
+            print(more[words[0]](words), flush=True)
+
+
+async def serve_sink(port: int, chunking: bool = True) -> None:
+    """The sink's process: SMTP on ``port`` (CHUNKING offered when ``chunking``); the control
+    lines of :func:`control` on stdin, answers on stdout."""
     state = SinkState()
+    state.chunking = chunking
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: SinkSession(state), "127.0.0.1", port, backlog=1024, reuse_address=True
     )
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    print("ready", flush=True)
     async with server:
-        while line := (await reader.readline()).decode():
-            words = line.split()
-            if words[0] == "set":
-                state.latency, state.data_delay = float(words[1]) / 1000, float(words[2]) / 1000
-                print("ok", flush=True)
-            elif words[0] == "expect":
-                state.expect(int(words[1]), [int(w) for w in words[2:]])
-                print("ok", flush=True)
-            elif words[0] == "count":
-                print(f"count {state.delivered}", flush=True)
+        await control(state)
 
 
-def run_sink(port: int) -> None:
+def run_sink(port: int, chunking: bool = True) -> None:
     """Serve the sink on ``port`` until stdin closes or SIGTERM arrives."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    asyncio.run(serve_sink(port))
+    asyncio.run(serve_sink(port, chunking))
 
 
 class Interrupted(Exception):
@@ -222,10 +282,14 @@ class Sink:
 
     name = "asyncio sink"
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, chunking: bool = True) -> None:
         self.port = port
+        self.chunking = chunking
+        if not chunking:
+            self.name = "asyncio sink, no CHUNKING"
+        options = [] if chunking else ["--no-chunking"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.support.latency_sink", str(port)],
+            [sys.executable, "-m", "bench.support.latency_sink", str(port), *options],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -294,18 +358,22 @@ class PostfixSink(Sink):
 
     name = "Postfix smtp-sink"
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, sessions: int = SMTP_SINK_SESSIONS) -> None:
         self.port = port
+        self.sessions = sessions
+        if sessions != SMTP_SINK_SESSIONS:
+            self.name = f"Postfix smtp-sink -m {sessions}"
         # smtp-sink drops privileges and insists on being told to whom when started as root.
         user = ["-u", "nobody"] if os.geteuid() == 0 else []
         # -m: smtp-sink serves 256 sessions at once by default and leaves the rest unanswered
-        # in the listen queue; a worker of several processes opens more than that.
+        # in the listen queue; a worker of several processes opens more than that. A smaller
+        # -m stands for a server with a process limit (Postfix's smtpd: 100).
         self.process = subprocess.Popen(
             [
                 f"{SBIN}/smtp-sink",
                 "-c",
                 "-m",
-                str(SMTP_SINK_SESSIONS),
+                str(sessions),
                 *user,
                 f"127.0.0.1:{port}",
                 "1024",
@@ -367,4 +435,4 @@ class PostfixSink(Sink):
 
 
 if __name__ == "__main__":
-    run_sink(int(sys.argv[1]))
+    run_sink(int(sys.argv[1]), chunking="--no-chunking" not in sys.argv[2:])

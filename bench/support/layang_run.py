@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg2
 
 from bench.support.latency_sink import Drained, Interrupted, Sink
+from bench.support.machine import cpu_by_process, cpu_used, machine_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,6 +111,9 @@ class Layang:
         upgrade()
         self.runs = 0
         self.startup = 0.0
+        self.processes: int | None = None
+        self.cpu = 0.0
+        self.machine = 0.0
 
     def close(self) -> None:
         from layang.db import database
@@ -155,8 +159,29 @@ class Layang:
         program = [str(command)] if command.exists() else [sys.executable, "-m", "layang"]
         with open(self.base / f"worker-{self.runs}.log", "wb") as log:
             return subprocess.Popen(
-                [*program, "worker"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+                [*program, "worker", *self.worker_options()],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
+
+    def worker_options(self) -> list[str]:
+        return [] if self.processes is None else ["--processes", str(self.processes)]
+
+    def cpu_sample(self, worker: subprocess.Popen, sink: Sink) -> dict[int, float]:
+        """CPU per process of this side and the sink: the worker's processes, the PostgreSQL
+        backends serving its database (not the bench's own), and the sink's process."""
+        from layang.db import database
+
+        backends = [
+            row[0]
+            for row in database.execute_sql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+        return cpu_by_process([worker.pid], [*backends, sink.process.pid])
 
     @staticmethod
     def stop_worker(worker: subprocess.Popen) -> None:
@@ -170,7 +195,9 @@ class Layang:
     def drain(self, sink: Sink, expected: int, marks: tuple[int, ...] = ()) -> Drained:
         """Hold the filled queue, start one worker on it and let it settle, then release the
         queue (as ``postsuper -H ALL`` releases Postfix's) and wait for the last delivery;
-        ``started`` of the answer is the release."""
+        ``started`` of the answer is the release; ``self.cpu`` is then the CPU seconds of
+        :meth:`cpu_sample` from the release to the last delivery, ``self.machine`` the whole
+        machine's."""
         from layang.db import database
         from layang.mail.outbox import QUEUED_CHANNEL
 
@@ -182,6 +209,7 @@ class Layang:
         worker = self.start_worker()
         try:
             settle(worker)
+            before, machine = self.cpu_sample(worker, sink), machine_cpu()
             started = time.monotonic()
             database.execute_sql(
                 'UPDATE "recipient" SET "next_attempt_at" = %s WHERE "next_attempt_at" = %s',
@@ -189,6 +217,8 @@ class Layang:
             )
             database.execute_sql(f"NOTIFY {QUEUED_CHANNEL}")
             drained = sink.wait(3600, worker)
+            self.cpu = cpu_used(before, self.cpu_sample(worker, sink))
+            self.machine = machine_cpu() - machine
         finally:
             self.stop_worker(worker)
         self.startup = drained.first - started

@@ -36,3 +36,38 @@ def machine_cpu() -> float:
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = values[3] + values[4]
     return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _stats() -> dict[int, list[str]]:
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return stats
+
+
+def cpu_by_process(roots: list[int], singles: list[int] = ()) -> dict[int, float]:
+    """CPU seconds (user + system) per process: every process of the trees under ``roots``
+    (each root with its reaped children's too), and the processes ``singles`` alone."""
+    stats = _stats()
+    tree, grew = set(roots) & stats.keys(), True
+    while grew:
+        more = {pid for pid, fields in stats.items() if int(fields[1]) in tree} - tree
+        tree |= more
+        grew = bool(more)
+    ticks: dict[int, int] = {}
+    for pid in tree | (set(singles) & stats.keys()):
+        fields = stats[pid]
+        ticks[pid] = int(fields[11]) + int(fields[12])
+        if pid in roots:
+            ticks[pid] += int(fields[13]) + int(fields[14])
+    return {pid: t / os.sysconf("SC_CLK_TCK") for pid, t in ticks.items()}
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two :func:`cpu_by_process` samples (a process that appeared
+    meanwhile counts whole; one that exited unreaped by a root is lost)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())

@@ -76,8 +76,9 @@ class PrivatePostfix:
     """A Postfix instance of its own under ``base``: started, fed, drained, stopped; nothing
     of /etc/postfix or /var/spool/postfix is written."""
 
-    def __init__(self, base: Path, relay_port: int) -> None:
+    def __init__(self, base: Path, relay_port: int, sessions: int | None = None) -> None:
         self.base = base
+        self.sessions = sessions
         self.etc = base / "etc"
         self.spool = base / "spool"
         self.smtpd_port = free_port()
@@ -105,7 +106,7 @@ class PrivatePostfix:
                 break
             path.chmod(path.stat().st_mode | 0o755)
         (self.etc / "main.cf").write_text(
-            MAIN_CF.format(base=self.base, relay_port=self.relay_port)
+            MAIN_CF.format(base=self.base, relay_port=self.relay_port) + self.concurrency()
         )
         master = Path("/etc/postfix/master.cf").read_text()
         # Submission on a free loopback port instead of port 25; no chroot (nothing is copied in).
@@ -119,6 +120,25 @@ class PrivatePostfix:
         self.run("postfix", "start")
         self.running = True
         wait_port(self.smtpd_port)
+
+    def concurrency(self) -> str:
+        """main.cf lines for ``sessions``: at most that many sessions to the relayhost (every
+        transport's per-destination limit, the smtp and relay transports' too), and processes
+        enough to run them (100 by default)."""
+        if self.sessions is None:
+            return ""
+        lines = [
+            f"default_destination_concurrency_limit = {self.sessions}",
+            f"smtp_destination_concurrency_limit = {self.sessions}",
+            f"relay_destination_concurrency_limit = {self.sessions}",
+        ]
+        if self.sessions > 100:
+            lines.append(f"default_process_limit = {self.sessions + 10}")
+        return "\n".join(lines) + "\n"
+
+    def master_pid(self) -> int:
+        """The instance's master process: every daemon of it is its child."""
+        return int((self.spool / "pid" / "master.pid").read_text().split()[0])
 
     def stop(self) -> None:
         if self.running:

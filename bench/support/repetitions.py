@@ -36,5 +36,9 @@ def retrying(label: str, measure: Callable[[], T], notes: list[str], admin_url: 
     raise AssertionError("unreachable")
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):6.2f} [{min(values):.2f}-{max(values):.2f}]"
+def spread(values: list[float], digits: int = 2) -> str:
+    """``median [min-max]`` of ``values``."""
+    return (
+        f"{statistics.median(values):6.{digits}f} "
+        f"[{min(values):.{digits}f}-{max(values):.{digits}f}]"
+    )

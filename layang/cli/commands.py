@@ -327,7 +327,10 @@ def serve() -> None:
     help="Worker processes, each with its own sessions (default: one per core).",
 )
 def worker(processes: int | None) -> None:
-    """The sender: relays queued mail upstream and records activity."""
+    """The sender: relays queued mail upstream and records activity.
+
+    Killed at any moment, each process sends again at most 100 emails: the command at most
+    100 x processes in all."""
     from layang.serving.processes import (
         fork_workers,
         on_stop_signal,

@@ -70,6 +70,8 @@ log = logging.getLogger("layang.engine")
 BLOCKED_SECONDS = 1.0
 """A site refused a new session (at its limit across processes) is asked again after this."""
 TICK_SECONDS = 0.5
+REMEMBER_SECONDS = 5.0
+"""How often the sites domains resolved to are written down (for the queue views)."""
 """The engine's housekeeping runs this often while it has anything open or queued."""
 SHARE_SCAN = 64
 """How far down a destination's queue a runner looks for mail of an account under its share."""
@@ -120,6 +122,7 @@ class Engine:
         self.ready = ReadyQueues(self.connections)
         self._resolving: dict[str, list[Job]] = {}
         self._resolver_of: MxTransport | None = None
+        self._remember_at = 0.0  # monotonic: when the sites learned are next written down
         self._work = asyncio.Event()  # jobs came: the idle tick wakes
         self.runtime = LoopThread("engine")
         self._ticking = self.runtime.start(self._tick())
@@ -710,16 +713,18 @@ class Engine:
 
     async def _site_chores(self, now: float) -> None:
         """Give back spare slots and shares, renew this process's slots, and remember which
-        site each domain resolved to."""
-        if not self.ready.any_site:
-            return
-        await self._hold_suspended()
-        excess = await self.slots.tick(now, self.pool.held())
-        for site, count in excess.items():
-            keys = [d.key for d in self.ready.of_site(site)]
-            for session in self.pool.retire(site, keys, count):
-                await self._close(session)
-        if await self.slots.renew(now) and self._resolver_of is not None:
+        site each domain resolved to (also when none of its hosts could be used: the queue
+        views name the site as soon as the MX records are known)."""
+        if self.ready.any_site:
+            await self._hold_suspended()
+            excess = await self.slots.tick(now, self.pool.held())
+            for site, count in excess.items():
+                keys = [d.key for d in self.ready.of_site(site)]
+                for session in self.pool.retire(site, keys, count):
+                    await self._close(session)
+            await self.slots.renew(now)
+        if self._resolver_of is not None and now >= self._remember_at:
+            self._remember_at = now + REMEMBER_SECONDS
             resolver = self._resolver_of.resolver
             learned = resolver.learned_sites() if resolver is not None else None
             if learned:

@@ -72,6 +72,9 @@ class MxFailure(Exception):
         self.kind = kind
         self.code = code
         self.reply = reply
+        # The MX host names found, when the MX records were known but no host is usable
+        # (no address yet, or none allowed): the domain's site is known all the same.
+        self.mx_names: tuple[str, ...] = ()
 
 
 def null_mx(domain: str) -> MxFailure:
@@ -108,6 +111,7 @@ class _Cached:
     expires_at: int  # epoch ms
     groups: tuple[tuple[MxHost, ...], ...] = ()  # hosts by preference, before shuffling
     failure: MxFailure | None = None
+    mx_names: tuple[str, ...] = ()  # with a failure: the MX host names, when known
 
 
 class MxResolver:
@@ -155,6 +159,10 @@ class MxResolver:
                 self._forget_expired()
             self._cache[domain] = cached
         if cached.failure is not None:
+            if cached.mx_names:
+                # The MX records are known though no host can be reached: the site is known.
+                rule = self.shaping.rule_for(list(cached.mx_names))
+                self._learned[domain] = (rule.name, cached.expires_at)
             raise cached.failure
         hosts: list[MxHost] = []
         for group in cached.groups:
@@ -182,7 +190,7 @@ class MxResolver:
             return await self._hosts(domain)
         except MxFailure as failure:
             ttl = FAILURE_TTL if failure.kind == TEMPORARY else NEGATIVE_TTL
-            return _cached(ttl, failure=failure)
+            return _cached(ttl, failure=failure, mx_names=failure.mx_names)
 
     async def _hosts(self, domain: str) -> _Cached:
         try:
@@ -230,12 +238,18 @@ class MxResolver:
                 refused.append(f"{name} resolves to {REFUSED_ADDRESS} only")
         if not groups:
             if problems:
-                raise temporary(domain, "; ".join(problems + refused))
-            if refused:
-                raise unusable(domain, "; ".join(refused))
-            # Every MX host name is NXDOMAIN or has no address record: an error to report,
-            # not a condition to wait out (RFC 5321 section 5.1).
-            raise no_domain(domain, f"has no usable mail server ({_unusable_hosts(records)})")
+                failure = temporary(domain, "; ".join(problems + refused))
+            elif refused:
+                failure = unusable(domain, "; ".join(refused))
+            else:
+                # Every MX host name is NXDOMAIN or has no address record: an error to report,
+                # not a condition to wait out (RFC 5321 section 5.1).
+                failure = no_domain(
+                    domain, f"has no usable mail server ({_unusable_hosts(records)})"
+                )
+            # The site is named by these hosts even though none could be used (queue views).
+            failure.mx_names = tuple(name for _, name in records)
+            raise failure
         return _cached(ttl, groups=tuple(tuple(groups[p]) for p in sorted(groups)))
 
     async def _addresses(self, name: str) -> tuple[tuple[str, ...], int, str | None]:
@@ -327,9 +341,10 @@ def _cached(
     ttl: int,
     groups: tuple[tuple[MxHost, ...], ...] = (),
     failure: MxFailure | None = None,
+    mx_names: tuple[str, ...] = (),
 ) -> _Cached:
     ttl = max(ttl, 0)
-    return _Cached(time.monotonic() + ttl, now_ms() + ttl * 1000, groups, failure)
+    return _Cached(time.monotonic() + ttl, now_ms() + ttl * 1000, groups, failure, mx_names)
 
 
 def remember_sites(entries: Iterable[tuple[str, str, int]]) -> int:

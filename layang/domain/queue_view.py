@@ -3,7 +3,9 @@ and by recipient domain (an account's own view).
 
 Waiting mail is every recipient with a next attempt (``next_attempt_at`` set), grouped by its
 ``domain`` and placed in the site that domain last resolved to
-(:func:`layang.destinations.mx.sites_of`); a domain not resolved yet is its own site. The state
+(:func:`layang.destinations.mx.sites_of`: named by its MX hosts once its MX records are known,
+even when none of them can be reached); a domain whose MX records are not known yet is its own
+site. The state
 of each site and its open sessions are what the senders share (:mod:`layang.destinations.sites`).
 The queue is described in docs/delivery.md and served as ``GET /v1/layang/queue``
 (docs/api.md).

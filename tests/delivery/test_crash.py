@@ -276,8 +276,54 @@ def test_worker_processes_share_the_queue_and_die_with_the_first(
     assert set(got.values()) == {1}
 
 
-def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstream, tmp_path):
-    # 3,000 emails at full speed; the worker is killed mid-stream, another one finishes.
+PROCESSES = 2
+BOUND_PER_PROCESS = 100  # docs/delivery.md, "At least once, at most 100 sent again"
+
+
+@contextlib.contextmanager
+def recording_stalled(config):
+    """A database that takes no writes meanwhile, as a slow or locked one does: SQLite's write
+    lock held (writers wait out their busy timeout), or on PostgreSQL the recipient table
+    locked against every UPDATE. Reads and sending go on; recording outcomes waits."""
+    if config.database_url.startswith("sqlite"):
+        import sqlite3
+
+        path = config.database_url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        import psycopg2
+
+        conn = psycopg2.connect(config.database_url)
+        conn.cursor().execute("LOCK TABLE recipient IN SHARE MODE")
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def until_still(count, process, log_path, quiet=1.5, ceiling=8.0):
+    """Wait until ``count()`` has not grown for ``quiet`` seconds (or ``ceiling`` passed)."""
+    deadline = time.monotonic() + ceiling
+    last, since = count(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the worker exited\n{log_path.read_text()}")
+        time.sleep(0.05)
+        if (now := count()) != last:
+            last, since = now, time.monotonic()
+
+
+def test_a_killed_worker_command_resends_at_most_a_hundred_per_process(
+    client, auth, config, upstream, tmp_path
+):
+    # 3,000 emails at full speed through `layang worker --processes 2`. Mid-stream the
+    # database stops taking writes (the worst case: nothing sent from then on can be recorded)
+    # until sending stops, then every process of the command is killed at once, as a crashing
+    # machine would, and another worker finishes. The bound measured is the command's: 100 per
+    # process, 200 in all. Were it not kept, the processes would send their whole leased
+    # batches (500 each) meanwhile and all of them would go out twice.
     for start_at in range(0, 3000, 100):
         response = client.post(
             "/v1/layang/transmissions",
@@ -291,13 +337,35 @@ def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstrea
         )
         assert response.status_code == 200
     env = process_env(config, LAYANG_RELAY_URL=upstream.url, LAYANG_LEASE_SECONDS=2)
-    first = start(["worker", "--processes", "1"], env, tmp_path / "w1.log")
+    log = tmp_path / "w1.log"
+    first = start(["worker", "--processes", str(PROCESSES)], env, log)
     try:
-        wait_until(lambda: len(upstream.received) >= 1000, 60, "the first worker is stuck")
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+        wait_while_running(
+            lambda: log.read_text().count("worker started") == PROCESSES,
+            first,
+            log,
+            "the worker's processes did not start",
+        )
+        processes = {first.pid, *child_pids(first.pid)}
+        assert len(processes) == PROCESSES
+        wait_while_running(
+            lambda: len(upstream.received) >= 500, first, log, "the first worker is stuck"
+        )
+        with recording_stalled(config):
+            stalled_at = sum(len(r.rcpt_tos) for r in upstream.received)
+            until_still(lambda: len(upstream.received), first, log)
+            for pid in processes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            first.wait(10)
+        wait_until(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes - {first.pid}),
+            10,
+            "a worker process outlived the kill",
+        )
     finally:
         stop(first)
+    killed_at = sum(len(r.rcpt_tos) for r in upstream.received)
     second = start(["worker", "--processes", "1"], env, tmp_path / "w2.log")
     try:
         wait_until(all_delivered, 90, "the second worker did not finish")
@@ -305,6 +373,11 @@ def test_a_killed_worker_resends_at_most_a_hundred(client, auth, config, upstrea
         stop(second)
     counts = collections.Counter(a for r in upstream.received for a in r.rcpt_tos)
     assert len(counts) == 3000
+    # Mid-flow: the kill left mail for the second worker to send.
+    assert killed_at < 3000
     resent = sum(counts.values()) - 3000
-    print(f"resent after the kill: {resent} of 3000")
-    assert resent <= 100
+    print(
+        f"{PROCESSES} processes killed: {killed_at - stalled_at} sent while recording stalled, "
+        f"{resent} of 3000 sent twice"
+    )
+    assert resent <= BOUND_PER_PROCESS * PROCESSES
