@@ -147,9 +147,11 @@ def test_metrics_show_each_site(waiting, client):
 def test_a_site_is_named_by_its_mx_hosts_even_when_none_answers(
     client, auth, config, internet, layang
 ):
-    # The MX records are known; the host down1.example's names has no address (yet), nothing
-    # listens on the hosts down2.example's name.
+    # The MX records are known; the look-up of the host down1.example names fails (SERVFAIL,
+    # a Delay: a host with no address at all would bounce at once), nothing listens on the
+    # hosts down2.example names.
     internet.domain("down1.example", (10, "mx.down1.example"))
+    internet.zone.servfail.add("mx.down1.example")
     internet.server("mx1.down2.example", refuse=True)
     internet.server("mx2.down2.example", refuse=True)
     internet.domain("down2.example", (10, "mx1.down2.example"), (20, "mx2.down2.example"))

@@ -456,7 +456,7 @@ class Engine:
             destination.in_flight.pop(job, None)
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
         job.detail.update(session.detail())
-        if destination.site is not None and job.detail.get("tls") is None:
+        if destination.route.sited and job.detail.get("tls") is None:  # direct to MX
             job.detail["tls"] = {
                 "version": None,
                 "cipher": None,

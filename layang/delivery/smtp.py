@@ -200,6 +200,10 @@ class SmtpSession:
         except Lost as lost:
             self._abort()
             raise Refused("connect", 0, lost.reply) from None
+        except asyncio.CancelledError:
+            # The engine closing while the server has not greeted us yet: drop the connection.
+            self._abort()
+            raise
         self.last_used = time.monotonic()
 
     async def _greeting(self, replies: ReplyReader) -> tuple[int, str]:
