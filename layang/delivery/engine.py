@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from layang.clock import now_ms
 from layang.delivery.admission import MAX_UNRECORDED, Admission
 from layang.delivery.direct import MxTransport, TlsReport
 from layang.delivery.jobs import Destination, Job, Ledger, ReadyQueues
@@ -72,6 +73,8 @@ BLOCKED_SECONDS = 1.0
 TICK_SECONDS = 0.5
 REMEMBER_SECONDS = 5.0
 """How often the sites domains resolved to are written down (for the queue views)."""
+RELAYED_SITE_MS = 3_600_000
+"""How long a domain whose mail went to the smarthost is shown at the smarthost's site."""
 """The engine's housekeeping runs this often while it has anything open or queued."""
 SHARE_SCAN = 64
 """How far down a destination's queue a runner looks for mail of an account under its share."""
@@ -123,6 +126,7 @@ class Engine:
         self._resolving: dict[str, list[Job]] = {}
         self._resolver_of: MxTransport | None = None
         self._remember_at = 0.0  # monotonic: when the sites learned are next written down
+        self._relayed: dict[str, str] = {}  # domain → the smarthost's site, to write down
         self._work = asyncio.Event()  # jobs came: the idle tick wakes
         self.runtime = LoopThread("engine")
         self._ticking = self.runtime.start(self._tick())
@@ -179,6 +183,9 @@ class Engine:
             destination = self.ready.for_job(job)
             destination.queue.append(job)
             touched[destination.key] = destination
+            if destination.site is not None:  # a smarthost: the site every domain's mail is at
+                domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
+                self._relayed[domain] = destination.site
         for destination in touched.values():
             self._pump(destination)
 
@@ -723,10 +730,14 @@ class Engine:
                 for session in self.pool.retire(site, keys, count):
                     await self._close(session)
             await self.slots.renew(now)
-        if self._resolver_of is not None and now >= self._remember_at:
+        if now >= self._remember_at:
             self._remember_at = now + REMEMBER_SECONDS
-            resolver = self._resolver_of.resolver
-            learned = resolver.learned_sites() if resolver is not None else None
+            resolver = self._resolver_of.resolver if self._resolver_of is not None else None
+            learned = resolver.learned_sites() if resolver is not None else []
+            if self._relayed:
+                until = now_ms() + RELAYED_SITE_MS
+                learned += [(domain, site, until) for domain, site in self._relayed.items()]
+                self._relayed = {}
             if learned:
                 await self.offloop.call(remember_sites, learned)
 

@@ -178,3 +178,31 @@ def test_mail_never_waits_on_a_session_the_server_leaves_ungreeted(
     assert took < 20  # not waiting for idle sessions to close, 30 s, as then
     transactions = [p for p in dumps.rglob("*") if p.is_file()]
     assert len(transactions) == 400  # each message once
+
+
+def test_the_queue_lists_the_smarthost_as_a_site_with_its_mail_sessions_and_limit(
+    client, auth, config, upstream
+):
+    from layang.domain.queue_view import site_queues
+
+    upstream.stall()  # accepts connections, never answers: the mail waits at the smarthost
+    send_batch(client, auth, 5, "waiting", domain="one.example")
+    send_batch(client, auth, 5, "waiting", domain="two.example")
+    worker = Worker(replace(config, relay_url=f"{upstream.url}&sessions=4"))
+    site = relay_from_url(upstream.url).site
+    stop, thread = run_worker(worker)
+    try:
+
+        def listed():
+            rows = {row.site: row for row in site_queues()}
+            row = rows.get(site)
+            return row is not None and row.queued == 10 and row.sessions >= 1 and row
+
+        wait_until(listed, 30, "the smarthost is not listed with its mail")
+        row = listed()
+        assert sorted(row.domains) == ["one.example", "two.example"]
+        assert row.limit == 4
+    finally:
+        upstream.release()
+        stop.set()
+        thread.join(30)
