@@ -169,6 +169,12 @@ def main() -> None:
         default=SMTP_SINK_SESSIONS,
         help="sessions the 0 ms smtp-sink serves at once (-m)",
     )
+    parser.add_argument(
+        "--layang-sessions",
+        type=int,
+        help="the smarthost's ?sessions=N for Layang alone, its default worker otherwise "
+        "(400: the two processes of 200 connections the figures before it had, unlimited)",
+    )
     parser.add_argument("--serve-sink", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sink:
@@ -216,8 +222,9 @@ def main() -> None:
             # Equal footing: N sessions at most, whether or not the URL's ?sessions= is known.
             layang.processes = 1
             layang.env["LAYANG_WORKER_CONNECTIONS"] = str(args.sessions)
-        zero_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(zero_port, args.sessions)}
-        sink_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(sink_port, args.sessions)}
+        limit = args.sessions if args.sessions is not None else args.layang_sessions
+        zero_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(zero_port, limit)}
+        sink_env = {**layang.env, "LAYANG_RELAY_URL": relay_url(sink_port, limit)}
 
         def run_case(case: Case, rep: int) -> dict[str, float]:
             count = max(int(case.messages * args.scale), 10)
