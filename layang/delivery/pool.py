@@ -9,11 +9,8 @@ session and hands it back with the session when it closes, for the engine to giv
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from layang.delivery.outcomes import RecipientResult
-from layang.delivery.smtp import Envelope
 from layang.delivery.transports import Session
 
 IDLE_SECONDS = 30.0
@@ -55,11 +52,6 @@ class Pooled:
     @property
     def last_used(self) -> float:
         return self.inner.last_used
-
-    async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
-    ) -> list[RecipientResult]:
-        return await self.inner.send(envelope, before_end)
 
     async def close(self) -> str | None:
         """Close the session; returns the slot it held (None: none), now the caller's."""
