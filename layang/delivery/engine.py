@@ -57,7 +57,7 @@ from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
 from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
 from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
-from layang.delivery.smtp import Refused, Stale
+from layang.delivery.smtp import Envelope, Refused, Stale
 from layang.destinations import sites, tlsrpt
 from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
 from layang.destinations.sites import reply_codes
@@ -238,7 +238,7 @@ class Engine:
     async def _runner(self, destination: Destination) -> None:
         session = self.pool.take_idle(destination.key)
         try:
-            while destination.queue:
+            while destination.queue or (session is not None and session.primed is not None):
                 if not self.lease_fresh():
                     # The leases may lapse before a transaction ends: leave the rest.
                     self._give_back(destination)
@@ -246,6 +246,7 @@ class Engine:
                 if destination.paused:
                     break
                 if session is not None and session.closed:
+                    self._unprime(session)
                     session = None
                 if session is None:
                     session = self.pool.take_idle(destination.key)
@@ -260,7 +261,7 @@ class Engine:
                     if session is None:
                         break
                     continue  # the setup took time: look at the lease, pause and queue again
-                job = self._next_job(destination)
+                job = self._unprime(session, queue=False) or self._next_job(destination)
                 if job is None:
                     # Every account queued here has its share of the sessions while others
                     # wait: this session goes idle (to be closed for them); the tick comes back.
@@ -295,7 +296,9 @@ class Engine:
         finally:
             destination.waiting -= 1
             destination.runners -= 1
-            if session is not None and not session.closed:
+            if session is not None and session.primed is not None:
+                await self._close(session)  # its begun transaction goes back to the queue
+            elif session is not None and not session.closed:
                 self.pool.park(destination.key, session)
             if destination.queue:
                 self._pump(destination)
@@ -444,7 +447,11 @@ class Engine:
         limit = self.transaction_seconds if destination.site is not None else None
         try:
             async with asyncio.timeout(limit) as job.deadline:
-                (result,) = await session.inner.send(job.envelope, lambda: self._admit(job))
+                (result,) = await session.inner.send(
+                    job.envelope,
+                    lambda: self._admit(job),
+                    following=lambda: self._prime(destination, session, job),
+                )
         except Stale:
             await self._close(session)
             destination.queue.appendleft(job)
@@ -472,6 +479,44 @@ class Engine:
             }
         self._finish(job, result)
         return result
+
+    def _prime(self, destination: Destination, session: Pooled, current: Job) -> Envelope | None:
+        """The job ``session`` carries after ``current``, taken now so that its first commands
+        go out behind ``current``'s end (one round trip a message: ``SmtpSession.send``); None
+        when the next transaction should not begin yet (the runner's checks would stop it).
+        ``current``'s session is the one the next job takes: it counts for neither account's
+        share meanwhile."""
+        if (
+            session.retiring
+            or session.transactions >= destination.per_session
+            or destination.paused
+            or (destination.rule is not None and destination.rule.rate)
+            or not self.lease_fresh()
+        ):
+            return None
+        _count_down(self._busy_by_account, current.account)
+        try:
+            job = self._next_job(destination)
+        finally:
+            self._busy_by_account[current.account] += 1
+        if job is None:
+            return None
+        if job.envelope.requiretls or not _may_carry(session, job):
+            destination.queue.appendleft(job)  # for the runner to handle as it would
+            return None
+        session.primed = (destination, job)
+        return job.envelope
+
+    def _unprime(self, session: Pooled, *, queue: bool = True) -> Job | None:
+        """Take back the job ``session`` had begun (its body never went out), queued again
+        first unless ``queue`` is false; None: none."""
+        if session.primed is None:
+            return None
+        (destination, job), session.primed = session.primed, None
+        if queue:
+            destination.queue.appendleft(job)
+            self._pump(destination)
+        return job
 
     async def _admit(self, job: Job) -> None:
         """Just before the message's end: wait for room under the unrecorded cap (which is
@@ -636,6 +681,7 @@ class Engine:
             await self._close(session)
 
     async def _close(self, session: Pooled, *, abort: bool = False) -> None:
+        self._unprime(session)
         retiring = session.retiring
         slot = session.abort() if abort else await session.close()
         if slot is not None and session.site is not None:

@@ -23,7 +23,8 @@ holds one of the site's shared slots."""
 class Pooled:
     """An open session, counted in its pool until closed; ``slot`` is the site slot it holds
     (None: none), ``retiring`` says it closes after its transaction (its process is over its
-    fair share of the site); ``key`` is the destination it was opened for."""
+    fair share of the site); ``key`` is the destination it was opened for; ``primed`` is the
+    job it carries next, already begun (the engine's ``_prime``)."""
 
     def __init__(
         self, inner: Session, pool: SessionPool, site: str | None = None, key: str = ""
@@ -34,6 +35,7 @@ class Pooled:
         self.key = key
         self.slot: str | None = None
         self.retiring = False
+        self.primed: Any = None  # (destination, job) begun behind the last body
         self._counted = True
         pool.sessions.add(self)
 

@@ -24,7 +24,7 @@ import base64
 import contextlib
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,7 @@ class SmtpSession:
         self._transport: asyncio.Transport | None = None
         self._replies: ReplyReader | None = None
         self._utf8 = False
+        self._primed: Envelope | None = None  # its MAIL, RCPT and DATA are out, unanswered
 
     def __repr__(self) -> str:
         return f"<SmtpSession {self.where} via {self.address}>"
@@ -360,12 +361,26 @@ class SmtpSession:
     # -- transactions --------------------------------------------------------------------
 
     async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]] | None = None
+        self,
+        envelope: Envelope,
+        before_end: Callable[[], Awaitable[None]] | None = None,
+        following: Callable[[], Envelope | None] | None = None,
     ) -> list[RecipientResult]:
         """One transaction: a result per recipient, in order. Raises :class:`Stale` when a
         reused session turns out dead before the server answered MAIL. ``before_end`` is
         awaited once the server is ready for the body, before it is written: from the body's
-        end on, the server may have the message."""
+        end on, the server may have the message.
+
+        ``following``, with PIPELINING and no CHUNKING, is called once just before the body
+        goes out: the envelope it returns (None: none) has its MAIL, RCPT and DATA written
+        behind the body's end, in the same packet (RFC 2920 section 3.1: message content may
+        begin a group), so that a stream of transactions costs one round trip each. The next
+        call must then be for that envelope; if the caller gives it up instead, :meth:`close`
+        drops the connection (the server is waiting for its body)."""
+        primed, self._primed = self._primed, None
+        if primed is not None and primed is not envelope:
+            self._abort()
+            raise Stale
         reused = self.transactions > 0
         self.transactions += 1
         recipients = envelope.recipients
@@ -379,6 +394,9 @@ class SmtpSession:
             # meanwhile shows itself at MAIL (``Stale``). The RSET round trip cost a third of a
             # message's time on a fast link.
             refused = self._unsendable(envelope, results)
+            if primed is not None and (refused is not None or any(r is not None for r in results)):
+                self._abort()  # not what went out behind the last body: cannot happen
+                raise Stale
             if refused is not None:
                 return _all(recipients, _code_of(refused), refused, BOUNCED)
             pending = [index for index, result in enumerate(results) if result is None]
@@ -393,14 +411,17 @@ class SmtpSession:
             ):
                 await self._chunked(mail, recipients, pending, results, reused, message, before_end)
                 return _fill(recipients, results, 0, "no reply")
-            if self.pipelining and self.has("PIPELINING"):
-                accepted = await self._pipelined(mail, recipients, pending, results, reused)
+            if primed is not None or (self.pipelining and self.has("PIPELINING")):
+                accepted = await self._pipelined(
+                    mail, recipients, pending, results, reused, written=primed is not None
+                )
             else:
                 accepted = await self._stepwise(mail, recipients, pending, results, reused)
             if isinstance(accepted, list) and not isinstance(accepted, _Done):
                 if before_end is not None:
                     await before_end()
-                code, text = await self._send_body(message)
+                after = self._prime(following) if following is not None else b""
+                code, text = await self._send_body(message, after)
                 reply = format_reply(code, text)
                 for index in accepted:
                     results[index] = result_for(recipients[index], code, reply)
@@ -449,25 +470,25 @@ class SmtpSession:
         pending: list[int],
         results: list[RecipientResult | None],
         reused: bool,
+        *,
+        written: bool = False,
     ) -> list[int]:
+        """MAIL, RCPT and DATA in groups (RFC 2920); ``written``: the first group went out
+        already, behind the last transaction's body (:meth:`_prime`)."""
         accepted: list[int] = []
         for start in range(0, len(pending), _GROUP):
             group = pending[start : start + _GROUP]
             last = start + _GROUP >= len(pending)
-            lines = [mail] if start == 0 else []
-            lines.extend(f"RCPT TO:<{recipients[index]}>" for index in group)
-            if last:
-                lines.append("DATA")
-            payload = "".join(f"{line}\r\n" for line in lines)
             if start == 0:
-                code, text = await self._first(payload.encode(self._encoding), reused)
+                payload = b"" if written else _group(mail, recipients, group, last, self._encoding)
+                code, text = await self._first(payload, reused)
                 if not 200 <= code < 300:
                     if code != 421:
                         await self._drain(len(group), data_sent=last)
                     _set_all(results, recipients, code, format_reply(code, text))
                     return _Done()
             else:
-                self._write(payload.encode(self._encoding))
+                self._write(_group(None, recipients, group, last, self._encoding))
             for index in group:
                 code, text = await self._reply()
                 if 200 <= code < 300:
@@ -530,11 +551,34 @@ class SmtpSession:
             # it to the server): the next MAIL would be "nested".
             await self._reset_quietly()
 
+    def _prime(self, following: Callable[[], Envelope | None]) -> bytes:
+        """The next transaction's first group, to go out behind this body's end (empty: no
+        next transaction is pipelined). Only an envelope :meth:`send` would open with one
+        pipelined group qualifies; ``following`` is asked only when one could."""
+        if not (self.pipelining and self.has("PIPELINING")) or "CHUNKING" in self.extensions:
+            return b""
+        envelope = following()
+        if envelope is None:
+            return b""
+        recipients = envelope.recipients
+        scratch: list[RecipientResult | None] = [None] * len(recipients)
+        message = envelope.data if envelope.crlf_clean else crlf(envelope.data)
+        if (
+            not recipients
+            or len(recipients) > _GROUP
+            or self._unsendable(envelope, scratch) is not None
+            or any(result is not None for result in scratch)
+        ):
+            return b""  # sent the usual way, as the next transaction still
+        mail = f"MAIL FROM:<{envelope.mail_from}>{self._mail_options(envelope, message)}"
+        self._primed = envelope
+        return _group(mail, recipients, range(len(recipients)), True, self._encoding)
+
     async def _first(self, payload: bytes, reused: bool) -> tuple[int, str]:
-        """Write the transaction's first command(s) and read MAIL's reply; ``Stale`` when a
-        reused session is found dead (or closing) here."""
+        """Write the transaction's first command(s) (none: they are out already) and read
+        MAIL's reply; ``Stale`` when a reused session is found dead (or closing) here."""
         try:
-            self._write(payload)
+            self._write(payload)  # empty: only whether the connection still stands
             code, text = await self._reply()
         except Lost:
             if reused:
@@ -587,8 +631,8 @@ class SmtpSession:
         except Lost:
             self._abort()
 
-    async def _send_body(self, message: bytes) -> tuple[int, str]:
-        self._write(data_section(message))
+    async def _send_body(self, message: bytes, after: bytes = b"") -> tuple[int, str]:
+        self._write(data_section(message) + after if after else data_section(message))
         return await self._reply()
 
     def _unsendable(self, envelope: Envelope, results: list[RecipientResult | None]) -> str | None:
@@ -663,8 +707,13 @@ class SmtpSession:
     # -- ending --------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """QUIT and drop the connection; never raises."""
+        """QUIT and drop the connection (drop it at once while a pipelined transaction waits
+        for its body: QUIT would be read as the body); never raises."""
         if self.closed:
+            return
+        if self._primed is not None:
+            self._primed = None
+            self._abort()
             return
         if self._transport is not None and not self._transport.is_closing():
             try:
@@ -703,6 +752,17 @@ def _about_the_pace(text: str) -> bool:
     (:func:`~layang.destinations.shaping.is_slow_down`), but a server closing a session it kept
     for a while (``421 4.4.2 Idle too long``) says nothing of the pace."""
     return speaks_of_pace(f"421 {text}")
+
+
+def _group(
+    mail: str | None, recipients: tuple[str, ...], group: Iterable[int], last: bool, encoding: str
+) -> bytes:
+    """One pipelined group of commands: MAIL (if given), a RCPT per index, DATA if ``last``."""
+    lines = [mail] if mail is not None else []
+    lines.extend(f"RCPT TO:<{recipients[index]}>" for index in group)
+    if last:
+        lines.append("DATA")
+    return "".join(f"{line}\r\n" for line in lines).encode(encoding)
 
 
 def _base64(value: str) -> str:

@@ -29,12 +29,17 @@ class Session(Protocol):
     last_used: float
 
     async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
+        self,
+        envelope: Envelope,
+        before_end: Callable[[], Awaitable[None]],
+        following: Callable[[], Envelope | None] | None = None,
     ) -> list[RecipientResult]:
         """One transaction: a result per recipient of ``envelope``, in order. ``before_end``
         is awaited just before the message's end goes out (never, if the transaction ends
-        before that): from then on the other side may have the message. May raise
-        :class:`~layang.delivery.smtp.Stale` (nothing was sent: try a new session)."""
+        before that): from then on the other side may have the message. ``following`` may be
+        called once, then, for the envelope of the next transaction, to begin it behind this
+        one's end; the next call is then for that envelope (or the session is closed). May
+        raise :class:`~layang.delivery.smtp.Stale` (nothing was sent: try a new session)."""
         ...
 
     async def close(self) -> None:
@@ -111,7 +116,10 @@ class _ThreadSession:
         self.last_used = time.monotonic()
 
     async def send(
-        self, envelope: Envelope, before_end: Callable[[], Awaitable[None]]
+        self,
+        envelope: Envelope,
+        before_end: Callable[[], Awaitable[None]],
+        following: Callable[[], Envelope | None] | None = None,
     ) -> list[RecipientResult]:
         await before_end()  # the transport does it all in one call: it counts from the start
         self.transactions += 1

@@ -145,6 +145,51 @@ def test_421_on_a_reused_session_is_retried_once_on_a_fresh_session(
     assert not Event.select().where(Event.status == "Delay").exists()
 
 
+def test_a_stream_of_mail_on_one_session_costs_one_round_trip_a_message(
+    client, auth, upstream, relay_to
+):
+    upstream.pipelining = True  # PIPELINING without CHUNKING
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 20, "stream", per_request=1)
+    runs = 0
+    while delivered("stream") < 20 and runs < 10:
+        worker.run_once()  # one claim each; what it claimed, it sends
+        runs += 1
+    assert delivered("stream") == 20
+    assert sorted(r.rcpt_tos[0] for r in upstream.received) == sorted(
+        f"stream{n}@rcpt.test" for n in range(20)
+    )
+    assert upstream.connections == 1
+    # Each message after the first of a claim begins behind the previous one's end of data
+    # (RFC 2920): one round trip a message, where MAIL and DATA each waited for one before.
+    behind = [chunk for chunk in upstream.reads if b"\r\n.\r\nMAIL FROM:" in chunk]
+    assert len(behind) == 20 - runs
+    assert not Event.select().where(Event.status == "Delay").exists()
+
+
+def test_mail_begun_behind_a_body_is_held_with_its_site_when_the_server_closes(
+    client, auth, upstream, relay_to
+):
+    upstream.pipelining = True
+    # The first message's end of data is answered 421 (the server closes: a slow-down for the
+    # smarthost's site). The second, begun behind that body, never had its own body sent: it
+    # is held with the site's other mail, once, and not sent on that session.
+    upstream.script_data("421 4.3.2 Shutting down")
+    worker = relay_to(upstream, worker_connections=1)
+    send_batch(client, auth, 2, "begun", per_request=1)
+    worker.run_once()
+    deadline = time.monotonic() + 10
+    while Event.select().where(Event.status == "Delay").count() < 2:
+        assert time.monotonic() < deadline, "the begun email was neither held nor delayed"
+        time.sleep(0.05)
+    assert upstream.received == []
+    delays = list(Event.select().where(Event.status == "Delay"))
+    assert sorted(e.recipient.address for e in delays) == ["begun0@rcpt.test", "begun1@rcpt.test"]
+    replies = {e.recipient.address: json.loads(e.detail)["reply"] for e in delays}
+    assert replies["begun0@rcpt.test"] == "421 4.3.2 Shutting down"
+    assert "421" not in replies["begun1@rcpt.test"].split()[0]  # the site's words, not a reply
+
+
 @pytest.mark.parametrize("pipelining", [True, False])
 @pytest.mark.parametrize("gone", ["dropped", "restarted"])
 def test_a_session_the_server_let_go_is_replaced_without_a_delay(

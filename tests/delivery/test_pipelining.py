@@ -6,9 +6,11 @@ arrive together, so the chunk holding MAIL shows what the session pipelined.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from layang.delivery.smtp import Stale
+from layang.delivery.smtp import Envelope, Stale
 from tests.delivery.conftest import MESSAGE
 from tests.delivery.test_smtp import outcomes, verbs
 from tests.support.upstream import Upstream, make_self_signed_cert, server_tls_context
@@ -328,3 +330,111 @@ def test_pipelining_over_starttls(tmp_path, clients):
             "DATA",
         ]
         assert reads_per_transaction(server) == [2]
+
+
+# -- transactions back to back: the next one begins behind the body's end ---------------------
+
+
+def envelope(*recipients, message=MESSAGE):
+    return Envelope(SENDER, tuple(recipients), message)
+
+
+def test_the_next_transaction_goes_out_behind_the_body_in_the_same_write(piped, clients):
+    client = clients(piped.url)
+    first, second = envelope("a@rcpt.test"), envelope("b@rcpt.test", "c@rcpt.test")
+    results = client.run(client.session.send(first, following=lambda: second))
+    assert outcomes(results) == [("a@rcpt.test", 250, "delivered")]
+    results = client.run(client.session.send(second))
+    assert outcomes(results) == [
+        ("b@rcpt.test", 250, "delivered"),
+        ("c@rcpt.test", 250, "delivered"),
+    ]
+    assert [r.rcpt_tos for r in piped.received] == [["a@rcpt.test"], ["b@rcpt.test", "c@rcpt.test"]]
+    assert [r.data for r in piped.received] == [MESSAGE, MESSAGE]
+    # RFC 2920 section 3.1: the message content begins a group; the next MAIL, its RCPTs and
+    # DATA come in the same write as the end of data, so each message costs one round trip.
+    behind = [chunk for chunk in piped.reads if b"\r\n.\r\nMAIL FROM:" in chunk]
+    assert len(behind) == 1
+    assert behind[0].endswith(
+        b"\r\n.\r\nMAIL FROM:<shop@sender.test> SIZE=%d\r\n"
+        b"RCPT TO:<b@rcpt.test>\r\nRCPT TO:<c@rcpt.test>\r\nDATA\r\n" % len(MESSAGE)
+    )
+    # The session stays usable the usual way afterwards.
+    assert outcomes(client.send(["d@rcpt.test"])) == [("d@rcpt.test", 250, "delivered")]
+    assert piped.connections == 1
+
+
+def test_no_following_envelope_means_no_commands_behind_the_body(piped, clients):
+    client = clients(piped.url)
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: None))
+    assert outcomes(client.send(["b@rcpt.test"])) == [("b@rcpt.test", 250, "delivered")]
+    assert not [chunk for chunk in piped.reads if b"\r\n.\r\nMAIL" in chunk]
+    assert len(piped.received) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "code", "outcome"),
+    [("550 5.7.1 Sender refused", 550, "bounced"), ("451 4.3.0 Try later", 451, "deferred")],
+)
+def test_a_refused_pipelined_mail_settles_only_its_own_transaction(
+    piped, clients, reply, code, outcome
+):
+    piped.script_mail("250 2.1.0 OK", reply)  # the second MAIL is the pipelined one
+    client = clients(piped.url)
+    second = envelope("b@rcpt.test")
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: second))
+    assert outcomes(client.run(client.session.send(second))) == [("b@rcpt.test", code, outcome)]
+    assert outcomes(client.send(["c@rcpt.test"])) == [("c@rcpt.test", 250, "delivered")]
+    assert [r.rcpt_tos for r in piped.received] == [["a@rcpt.test"], ["c@rcpt.test"]]
+
+
+def test_a_closing_server_leaves_the_begun_transaction_stale(piped, clients):
+    piped.script_data("421 4.3.2 Shutting down")
+    client = clients(piped.url)
+    second = envelope("b@rcpt.test")
+    results = client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: second))
+    assert outcomes(results) == [("a@rcpt.test", 421, "deferred")]
+    assert client.session.closed
+    with pytest.raises(Stale):  # nothing of it reached the end of a message: a new session
+        client.run(client.session.send(second))
+    assert piped.received == []
+
+
+def test_closing_while_a_transaction_waits_for_its_body_never_delivers_it(piped, clients):
+    client = clients(piped.url)
+    second = envelope("b@rcpt.test")
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: second))
+    client.run(client.session.close())
+    assert client.session.closed
+    # No QUIT (the server would read it as the body) and no end of data: the connection drops.
+    piped.wait_for(1)
+    time.sleep(0.2)
+    assert [r.rcpt_tos for r in piped.received] == [["a@rcpt.test"]]
+    assert "QUIT" not in [verb for verb, _ in piped.attempts]
+
+
+def test_another_envelope_than_the_one_begun_is_refused_as_stale(piped, clients):
+    client = clients(piped.url)
+    begun = envelope("b@rcpt.test")
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: begun))
+    with pytest.raises(Stale):
+        client.run(client.session.send(envelope("other@rcpt.test")))
+    time.sleep(0.2)
+    assert [r.rcpt_tos for r in piped.received] == [["a@rcpt.test"]]
+
+
+def test_with_chunking_the_next_transaction_is_not_asked_for(piped, clients):
+    piped.chunking = True  # one round trip a message already (BDAT LAST)
+    client = clients(piped.url)
+    asked = []
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: asked.append(1)))
+    assert asked == []
+    assert len(piped.received) == 1
+
+
+def test_without_pipelining_the_next_transaction_is_not_asked_for(upstream, clients):
+    client = clients(upstream.url)
+    asked = []
+    client.run(client.session.send(envelope("a@rcpt.test"), following=lambda: asked.append(1)))
+    assert asked == []
+    assert len(upstream.received) == 1
