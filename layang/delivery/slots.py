@@ -18,6 +18,8 @@ Every database call runs off the event loop (:class:`~layang.delivery.offloop.Of
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 from layang.delivery.offloop import OffLoop
@@ -30,6 +32,8 @@ from layang.destinations.sites import SiteView
 DOMAIN_REFUSALS = ("tls", "policy")
 """Kinds of :class:`~layang.delivery.smtp.Refused` that are about one recipient domain's
 transport policy, never about the site's hosts."""
+log = logging.getLogger("layang.engine")
+
 SPARE_SECONDS = 1.0
 """A session slot freed by this process and not taken again within this long is given back to
 the site (so another process may use it)."""
@@ -53,6 +57,8 @@ class SiteSlots:
         self._troubled: set[str] = set()
         self._last_success: dict[str, float] = {}
         self._next_renewal = time.monotonic()
+        # Sessions waiting to be granted a slot in the batch being gathered, by site.
+        self._asking: dict[str, list[asyncio.Future[str | None]]] = {}
 
     @property
     def has_spares(self) -> bool:
@@ -68,15 +74,56 @@ class SiteSlots:
         """A slot for a new session to ``site`` (this process holds ``holding``): a spare, or
         one the site grants (``ceiling``: its most sessions). ``""`` when the database did not
         answer (the session goes without one); None when the site has none to give."""
-        if not self.at_share(site, holding):
-            spares = self._spares.get(site)
-            if spares:
-                slot, _ = spares.pop()
-                return slot
-            return await self.offloop.call(
-                sites.acquire_slot, site, self.owner, ceiling, self.lease_ms, default=""
+        if self.at_share(site, holding):
+            return None
+        spares = self._spares.get(site)
+        if spares:
+            slot, _ = spares.pop()
+            return slot
+        asking = self._asking.get(site)
+        if asking is not None:  # a batch for this site is being gathered: join it
+            future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+            asking.append(future)
+            return await future
+        return await self._ask(site, ceiling)
+
+    async def _ask(self, site: str, ceiling: int) -> str | None:
+        """Ask the site for slots for every session that starts opening in this turn of the
+        loop, in one transaction (the site's row is locked while slots are counted: one
+        round trip for a batch rather than one each); the first is the caller's."""
+        mine: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        batch = [mine]
+        self._asking[site] = batch
+        try:
+            await asyncio.sleep(0)  # the sessions started with this one join the batch
+        except asyncio.CancelledError:
+            self._hand_out(site, batch, [])
+            raise
+        finally:
+            del self._asking[site]
+        asked = asyncio.ensure_future(
+            self.offloop.call(
+                sites.acquire_slots, site, self.owner, ceiling, self.lease_ms, len(batch)
             )
-        return None
+        )
+        # Handed out when the database answers, whoever still waits then: a slot granted to
+        # a session that gave up waiting is kept as a spare, never lost.
+        asked.add_done_callback(lambda done: self._hand_out(site, batch, _granted(done)))
+        return await mine
+
+    def _hand_out(
+        self, site: str, batch: list[asyncio.Future[str | None]], granted: list[str] | None
+    ) -> None:
+        """Give each waiting session of ``batch`` its slot: one ``granted`` (None: the database
+        did not answer, so ``""``, go without), or None when the site had no more room (or
+        the ask failed: they ask again shortly)."""
+        answers: list[str | None] = [""] * len(batch) if granted is None else [*granted]
+        answers += [None] * (len(batch) - len(answers))
+        for future, answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
+            elif answer:
+                self.keep(site, answer)
 
     async def gate(self, site: str, ceiling: int) -> SiteView | None:
         """The site's state (None: the database did not answer); one not ``ok`` is noted."""
@@ -189,3 +236,14 @@ class SiteSlots:
         slots = [slot for spares in self._spares.values() for slot, _ in spares]
         self._spares.clear()
         return slots
+
+
+def _granted(asked: asyncio.Future[list[str] | None]) -> list[str] | None:
+    """What an ask for slots granted: ``[]`` when it was cut off or failed (logged)."""
+    if asked.cancelled():
+        return []
+    error = asked.exception()
+    if error is not None:
+        log.error("asking for site slots failed", exc_info=error)
+        return []
+    return asked.result()

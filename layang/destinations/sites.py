@@ -267,48 +267,62 @@ WANTED_MS = 2_000
 def acquire_slot(
     site: str, owner: str, limit: int, lease_ms: int, *, now: int | None = None
 ) -> str | None:
-    """A session slot at ``site`` for ``owner``, held for ``lease_ms`` unless renewed, or None
-    when the site is closed or already has its limit of live slots (``limit``, the rule's, or
-    the throttled one if lower); a refusal at the limit marks the site wanted (see ``wanted``).
-    Expired slots (of dead workers) are cleared on the way."""
+    """A session slot at ``site`` for ``owner`` (:func:`acquire_slots` for one), or None."""
+    granted = acquire_slots(site, owner, limit, lease_ms, 1, now=now)
+    return granted[0] if granted else None
+
+
+def acquire_slots(
+    site: str, owner: str, limit: int, lease_ms: int, count: int, *, now: int | None = None
+) -> list[str]:
+    """Up to ``count`` session slots at ``site`` for ``owner``, each held for ``lease_ms``
+    unless renewed, in one transaction: as many as the site has room for under its limit of
+    live slots (``limit``, the rule's, or the throttled one if lower); none while the site is
+    closed. Fewer than asked marks the site wanted (see ``fair_shares``). Expired slots (of
+    dead workers) are cleared on the way."""
     now = now_ms() if now is None else now
     with write_transaction(durable=False):
         row = _locked_row(site, now)
         view = _view(row, site, limit, now)
         if row.rule_limit != limit:
             _save(row, rule_limit=limit)
-        if not view.open:
-            return None
+        if not view.open or count < 1:
+            return []
         # Cleared, counted and taken in one statement: the site's row stays locked for as
         # short a time as the database allows.
-        slot_id = new_id()
+        ids = [new_id() for _ in range(count)]
         room = min(limit, view.limit or limit)
         if is_postgresql():
-            taken = database.execute_sql(
-                _ACQUIRE_SQL,
-                (site, now, slot_id, site, owner, now + lease_ms, site, now, room),
-            ).fetchone()
+            cursor = database.execute_sql(
+                _ACQUIRE_SQL, (site, now, site, owner, now + lease_ms, ids, room, site, now)
+            )
+            taken = [slot for (slot,) in cursor.fetchall()]
         else:  # SQLite has no DELETE inside WITH; its write lock is held already anyway
             SiteSlot.delete().where(
                 (SiteSlot.site == site) & (SiteSlot.expires_at <= now)
             ).execute()
-            taken = SiteSlot.select().where(SiteSlot.site == site).count() < room
+            live = SiteSlot.select().where(SiteSlot.site == site).count()
+            taken = ids[: max(0, room - live)]
             if taken:
-                SiteSlot.insert(
-                    id=slot_id, site=site, owner=owner, expires_at=now + lease_ms
+                SiteSlot.insert_many(
+                    [
+                        {"id": slot, "site": site, "owner": owner, "expires_at": now + lease_ms}
+                        for slot in taken
+                    ]
                 ).execute()
-        if not taken:
-            if row.wanted_by != owner or row.wanted_at is None or now - row.wanted_at > 250:
-                _save(row, wanted_at=now, wanted_by=owner)
-            return None
-        return slot_id
+        if len(taken) < count and (
+            row.wanted_by != owner or row.wanted_at is None or now - row.wanted_at > 250
+        ):
+            _save(row, wanted_at=now, wanted_by=owner)
+        return taken
 
 
 _ACQUIRE_SQL = (
     'WITH "gone" AS (DELETE FROM "site_slot" WHERE "site" = %s AND "expires_at" <= %s) '
-    'INSERT INTO "site_slot" ("id", "site", "owner", "expires_at") SELECT %s, %s, %s, %s '
-    'WHERE (SELECT COUNT(*) FROM "site_slot" WHERE "site" = %s AND "expires_at" > %s) < %s '
-    'RETURNING "id"'
+    'INSERT INTO "site_slot" ("id", "site", "owner", "expires_at") '
+    'SELECT "new"."id", %s, %s, %s FROM unnest(%s::text[]) WITH ORDINALITY AS "new"("id", "n") '
+    'WHERE "new"."n" <= %s - (SELECT COUNT(*) FROM "site_slot" WHERE "site" = %s '
+    'AND "expires_at" > %s) RETURNING "id"'
 )
 
 

@@ -90,7 +90,10 @@ def test_every_behaviour_of_the_standard_zone(client, auth, mx_config, internet)
     everyone.pop("hangs_after_data")
     everyone.pop("slow_down")
     # Each session shuffles the pair afresh: with ten sessions, both hosts are all but sure
-    # to be chosen (one run in 512 would see a single host).
+    # to be chosen (one run in 512 would see a single host). The pair answers slowly enough
+    # that the ten are carried by as many sessions, not all by the first one ready.
+    for name in ("mx-a.pair.example", "mx-b.pair.example"):
+        internet.servers[name].latency = 0.2
     for n in range(2, 11):
         everyone[f"pair_{n}"] = f"r{n}@{domains['equal_pair']}"
     send_to(client, auth, list(everyone.values()))

@@ -126,6 +126,20 @@ def test_the_queue_views_read_states_sessions_and_the_sites_holding_mail_back(db
     assert [view.site for view in sites.held_back(now=T0 + 3_000)] == [SITE]
 
 
+def test_slots_are_granted_in_batches_up_to_the_room_left(db):
+    sites.acquire_slot(SITE, "w1", 5, 60_000, now=T0)
+    granted = sites.acquire_slots(SITE, "w2", 5, 60_000, 10, now=T0 + 1)
+    assert len(granted) == 4 == len(set(granted))
+    assert sites.open_sessions(SITE, now=T0 + 1) == 5
+    assert sites.acquire_slots(SITE, "w2", 5, 60_000, 3, now=T0 + 2) == []
+    # Fewer than asked: the site is wanted by w2, so holders see a fair share is due.
+    assert sites.fair_shares([SITE], "w1", now=T0 + 3) == {SITE: 5 // 2}
+    # Expired slots are cleared on the way; a closed site grants none.
+    assert len(sites.acquire_slots(SITE, "w3", 5, 60_000, 9, now=T0 + 61_000)) == 5
+    sites.suspend(SITE, None, "maintenance", now=T0 + 61_001)
+    assert sites.acquire_slots(SITE, "w4", 5, 60_000, 2, now=T0 + 130_000) == []
+
+
 def test_slots_hold_the_limit_and_dead_owners_lose_theirs(db):
     held = [sites.acquire_slot(SITE, "w1", 3, 1_000, now=T0) for _ in range(4)]
     assert held[3] is None and all(held[:3])
