@@ -26,7 +26,7 @@ rate*, *transact* (the message's end waits for :class:`~layang.delivery.admissio
 behind a destination that went away*, and *keep or retire the session*. The outcome goes to
 the ledger at once. A session to an MX site has a deadline for its set-up and for each
 transaction, and one account's mail keeps at most its share of the sessions busy while
-another account's waits (:meth:`Engine._share`; docs/delivery.md, "Sessions").
+another account's waits (:mod:`~layang.delivery.shares`; docs/delivery.md, "Sessions").
 
 The parts (the ready queues of :mod:`~layang.delivery.jobs`, :mod:`~layang.delivery.pool`,
 :mod:`~layang.delivery.slots`, :mod:`~layang.delivery.policies`,
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -56,6 +55,7 @@ from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
 from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
+from layang.delivery.shares import AccountShares
 from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
 from layang.delivery.smtp import Envelope, Refused, Stale
 from layang.destinations import sites, tlsrpt
@@ -76,8 +76,6 @@ REMEMBER_SECONDS = 5.0
 RELAYED_SITE_MS = 3_600_000
 """How long a domain whose mail went to the smarthost is shown at the smarthost's site."""
 """The engine's housekeeping runs this often while it has anything open or queued."""
-SHARE_SCAN = 64
-"""How far down a destination's queue a runner looks for mail of an account under its share."""
 PLAINTEXT = {"version": None, "cipher": None, "verified": False, "policy": "none"}
 """What a delivery event says of TLS for a session to an MX host without it."""
 
@@ -110,10 +108,7 @@ class Engine:
         self.connections = max(1, connections)
         self.setup_seconds = setup_seconds
         self.transaction_seconds = transaction_seconds
-        # Sessions kept for an account that comes while another sends alone (see ``_share``).
-        self.reserve = self.connections // 10
-        self._pending_by_account: collections.Counter[int] = collections.Counter()
-        self._busy_by_account: collections.Counter[int] = collections.Counter()
+        self.shares = AccountShares(self.connections)
         self.stall_seconds = stall_seconds
         self.lease_fresh = lease_fresh
         self.pool = SessionPool(self.connections)
@@ -152,10 +147,7 @@ class Engine:
     def crowding_accounts(self) -> set[int]:
         """The accounts whose mail keeps their share of the sessions busy with more of it
         queued behind (a hint, read off the loop: the worker claims others' mail too)."""
-        busy = dict(self._busy_by_account)
-        pending = dict(self._pending_by_account)
-        share = self._share()
-        return {a for a, n in busy.items() if n >= share and pending.get(a, 0) > n}
+        return self.shares.crowding()
 
     def take_queued(self) -> list[Job]:
         """Remove and return every job not started yet (to hand back to the queue)."""
@@ -172,7 +164,7 @@ class Engine:
         self._work.set()
         touched = {}
         for job in jobs:
-            self._pending_by_account[job.account] += 1
+            self.shares.arrived(job)
             if job.route.sited:
                 domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
                 waiting = self._resolving.setdefault(domain, [])
@@ -227,7 +219,7 @@ class Engine:
             destination.queue
             and destination.runners < limit
             and destination.waiting < len(destination.queue)
-            and self._startable(destination)
+            and self.shares.under_share(destination.queue) is not None
         ):
             destination.runners += 1
             destination.waiting += 1
@@ -261,7 +253,7 @@ class Engine:
                     if session is None:
                         break
                     continue  # the setup took time: look at the lease, pause and queue again
-                job = self._unprime(session, queue=False) or self._next_job(destination)
+                job = self._unprime(session, queue=False) or self.shares.take(destination.queue)
                 if job is None:
                     # Every account queued here has its share of the sessions while others
                     # wait: this session goes idle (to be closed for them); the tick comes back.
@@ -274,7 +266,7 @@ class Engine:
                     session = None
                     continue
                 destination.waiting -= 1
-                self._busy_by_account[job.account] += 1
+                self.shares.started(job.account)
                 try:
                     session = await self._step(destination, session, job)
                 except Exception as error:  # a bug must not leave the job unfinished
@@ -288,7 +280,7 @@ class Engine:
                             job, RecipientResult(job.recipient.address, 0, reply, DEFERRED)
                         )
                 finally:
-                    _count_down(self._busy_by_account, job.account)
+                    self.shares.stopped(job.account)
                     if job.admitted:
                         job.admitted = False
                         self.admission.release()
@@ -326,24 +318,16 @@ class Engine:
         is settled with the refusal (one unreachable server is not tried once per recipient)."""
         if not destination.queue:
             return None
-        share = self._share()
-        job = next(
-            (
-                queued
-                for queued in itertools.islice(destination.queue, SHARE_SCAN)
-                if self._busy_by_account[queued.account] < share
-            ),
-            None,
-        )
+        job = self.shares.under_share(destination.queue)
         if job is None:
             return None  # every account queued here has its share of the sessions
         # A session being set up counts towards its account's share, as a busy one does: an
         # account at slow servers may not fill every session with setups either.
-        self._busy_by_account[job.account] += 1
+        self.shares.started(job.account)
         try:
             return await self._set_up(destination, job)
         finally:
-            _count_down(self._busy_by_account, job.account)
+            self.shares.stopped(job.account)
 
     async def _set_up(self, destination: Destination, job: Job) -> Pooled | None:
         if destination.site is not None:
@@ -494,11 +478,7 @@ class Engine:
             or not self.lease_fresh()
         ):
             return None
-        _count_down(self._busy_by_account, current.account)
-        try:
-            job = self._next_job(destination)
-        finally:
-            self._busy_by_account[current.account] += 1
+        job = self.shares.take(destination.queue, replacing=current)
         if job is None:
             return None
         if job.envelope.requiretls or not _may_carry(session, job):
@@ -572,7 +552,7 @@ class Engine:
         if job.finished:
             return
         job.finished = True
-        _count_down(self._pending_by_account, job.account)
+        self.shares.left(job)
         try:
             if job.mx is not None:
                 site_outcome(job.mx.site, result.outcome)
@@ -639,35 +619,7 @@ class Engine:
         """``jobs`` leave the engine unfinished (handed back or held)."""
         self.backlog.done(len(jobs))
         for job in jobs:
-            _count_down(self._pending_by_account, job.account)
-
-    def _share(self) -> int:
-        """The most sessions one account's mail may keep busy: all but ``reserve`` while it
-        is the only account with mail here (so that another's first mail finds a session at
-        once), an equal part of them each while several have."""
-        active = len(self._pending_by_account)  # only accounts with mail here (``_count_down``)
-        if active <= 1:
-            return max(1, self.connections - self.reserve)
-        return max(1, self.connections // active)
-
-    def _next_job(self, destination: Destination) -> Job | None:
-        """The first job queued for ``destination`` (among the first ``SHARE_SCAN``) whose
-        account is under its share, taken out of the queue; None: none is."""
-        share = self._share()
-        queue = destination.queue
-        for index, job in enumerate(itertools.islice(queue, SHARE_SCAN)):
-            if self._busy_by_account[job.account] < share:
-                del queue[index]
-                return job
-        return None
-
-    def _startable(self, destination: Destination) -> bool:
-        """Whether :meth:`_next_job` would find a job for a new runner of ``destination``."""
-        share = self._share()
-        return any(
-            self._busy_by_account[job.account] < share
-            for job in itertools.islice(destination.queue, SHARE_SCAN)
-        )
+            self.shares.left(job)
 
     # -- sessions and slots ---------------------------------------------------------------
 
@@ -837,12 +789,3 @@ def _may_carry(session: Pooled, job: Job) -> bool:
     if job.policy is not None:
         return job.policy.allows(host)
     return any(h.name.rstrip(".").lower() == host for h in job.mx.hosts)
-
-
-def _count_down(counter: collections.Counter[int], account: int) -> None:
-    """One less of ``account`` (gone at none: the counters stay as small as the accounts
-    with mail in the engine)."""
-    if counter[account] <= 1:
-        counter.pop(account, None)
-    else:
-        counter[account] -= 1
