@@ -69,7 +69,7 @@ _SOFT_TEXTS = re.compile(
     r"pipe to \||command parameter not implemented|system (?:error|problem)",
     re.IGNORECASE,
 )
-_HARD_TEXTS = re.compile(
+HARD_TEXTS = re.compile(
     r"user unknown|unknown user|no such (?:user|mailbox|recipient|address|domain)|"
     r"does not exist|doesn'?t exist|not exist|no longer exists|mailbox (?:not found|unavailable)|"
     r"invalid (?:recipient|mailbox|address)|recipient (?:address )?rejected|"
@@ -109,7 +109,7 @@ def classify(code: int, text: str) -> str:
         if subject in ("6", "7"):
             return BLOCK  # X.6.x: the message's content was refused; X.7.x: policy
         if klass == "4":
-            if _CONNECTION_LIMIT.search(text):
+            if CONNECTION_LIMIT.search(text):
                 return SOFT
             return BLOCK if _BLOCK_TEXTS.search(text) else SOFT
         if klass == "5":
@@ -124,19 +124,19 @@ def classify(code: int, text: str) -> str:
             if subject == "4" and detail == "4":
                 # X.4.4, unable to route: Postfix and Exchange say it of a domain that is not;
                 # a name server that failed to answer says nothing of the domain.
-                return HARD if _HARD_TEXTS.search(text) else SOFT
-            if subject == "3" and _HARD_TEXTS.search(text) and not _SOFT_TEXTS.search(text):
+                return HARD if HARD_TEXTS.search(text) else SOFT
+            if subject == "3" and HARD_TEXTS.search(text) and not _SOFT_TEXTS.search(text):
                 return HARD  # X.3.x said of a recipient the system does not have
             if subject in ("3", "4"):
                 # X.3.x, the receiving system's trouble; X.4.x, network and routing: expired
                 return BLOCK if _BLOCK_TEXTS.search(text) else SOFT
-            if subject == "2" and detail == "1" and _HARD_TEXTS.search(text):
+            if subject == "2" and detail == "1" and HARD_TEXTS.search(text):
                 return HARD  # X.2.1 "mailbox disabled", said of an unknown user
             if subject == "2" and detail in ("2", "1", "3"):
                 # 5.2.2 mailbox full is temporary by nature; 5.2.1 "disabled" often is too;
                 # 5.2.3, too long for this mailbox.
                 return SOFT
-            if subject == "2" and detail != "0" and not _HARD_TEXTS.search(text):
+            if subject == "2" and detail != "0" and not HARD_TEXTS.search(text):
                 return SOFT
         return _from_text(code, text) or (SOFT if klass == "4" else UNDETERMINED)
     return _from_text(code, text) or (SOFT if 400 <= code < 500 else UNDETERMINED)
@@ -151,7 +151,7 @@ _SUSPENDED = re.compile(
     re.IGNORECASE,
 )
 # Too many connections at once is the receiving system's limit, not a verdict on the sender.
-_CONNECTION_LIMIT = re.compile(
+CONNECTION_LIMIT = re.compile(
     r"too many (?:connections|concurrent)|connection (?:rate|frequency) limit|"
     r"did not accept our requests to connect",
     re.IGNORECASE,
@@ -171,7 +171,7 @@ _DIRECTORY_REJECTION = re.compile(r"5\.4\.1 .*Recipient address rejected: Access
 
 
 def _from_text(code: int, text: str) -> str | None:
-    if _SUSPENDED.search(text) or _CONNECTION_LIMIT.search(text):
+    if _SUSPENDED.search(text) or CONNECTION_LIMIT.search(text):
         return SOFT
     if _BLOCK_TEXTS.search(text):
         return BLOCK
@@ -179,6 +179,6 @@ def _from_text(code: int, text: str) -> str | None:
         return SOFT
     if 400 <= code < 500:
         return SOFT
-    if _HARD_TEXTS.search(text):
+    if HARD_TEXTS.search(text):
         return HARD
     return None

@@ -109,14 +109,14 @@ def test_a_generic_status_is_explained_by_x_supplementary_info(
         f"Final-Recipient: rfc822; {RECIPIENT}\r\n"
         "Action: failed\r\n"
         "Status: 5.0.0\r\n"
-        'X-Supplementary-Info: <192.0.2.32 #5.0.0 smtp; 550 "Unknown User">\r\n'
+        'X-Supplementary-Info: <192.0.2.32 #5.0.0 smtp; 550 5.1.1 "Unknown User">\r\n'
         "\r\n"
         "--s--\r\n"
     ).encode()
     deliver(inbound, verp, report)
     event = record(client, auth, record_id)["events"][-1]
     assert event["status"] == "Bounce" and event["bounceClass"] == "hard"
-    assert event["detail"]["diagnostic"] == '192.0.2.32 #5.0.0 smtp; 550 "Unknown User"'
+    assert event["detail"]["diagnostic"] == '192.0.2.32 #5.0.0 smtp; 550 5.1.1 "Unknown User"'
     assert suppressed(client, auth)
 
 
@@ -140,7 +140,14 @@ Subject: Your order
     ("reason", "klass", "is_suppressed"),
     [
         ("Unrouteable address", "hard", True),
-        ("mailbox no longer exists", "hard", True),
+        (
+            "SMTP error from remote mail server after RCPT TO:<ana@rcpt.test>:\n"
+            "    550 mailbox no longer exists",
+            "hard",
+            True,
+        ),
+        # The same words of no command and no address: a relay's summary, not the refusal
+        ("mailbox no longer exists", "block", False),
         ("Mailbox quota exceeded", "soft", False),
         ("retry timeout exceeded", "soft", False),
     ],
