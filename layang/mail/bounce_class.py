@@ -38,6 +38,8 @@ _BLOCK_TEXTS = re.compile(
     r"virus|malware|content (?:rejected|filter)|message content|improper use of|"
     r"headers? too (?:large|long)|protocol violation|not accepting connections|"
     r"host network not allowed|domain filter|filtered|"
+    # the message's From refused (GoDaddy's "From: Domain is invalid")
+    r"\bFrom:?\s+(?:domain|address|header)\s+is\s+invalid|provide a valid From\b|"
     r"^\W*5\d\d[ -](?:5\.\d\.\d+ )?rejected\W*$",
     re.IGNORECASE | re.MULTILINE,
 )
@@ -97,6 +99,11 @@ def classify(code: int, text: str) -> str:
         return HARD
     if _ON_HOLD.search(text):
         return UNDETERMINED  # the receiving side holds the address back: no verdict yet
+    if _RECEIVING_RATE.search(text):
+        return BLOCK
+    aup = _SPECTRUM_AUP.search(text)
+    if aup and _spectrum_class(int(aup.group(1))):
+        return _spectrum_class(int(aup.group(1)))
     match = _telling_code(text)
     if match:
         klass, subject, detail = match.group(1), match.group(2), match.group(3)
@@ -158,6 +165,26 @@ CONNECTION_LIMIT = re.compile(
 )
 
 
+# Spectrum's (Charter's) own codes, "AUP#In-1310" or "AUP#Out-1000", as its page
+# "Understanding email error codes" explains them: (first, last, class).
+_SPECTRUM_AUP = re.compile(r"AUP#[A-Za-z]*-?(\d{4})\b")
+_SPECTRUM_CODES = (
+    (1000, 1080, BLOCK),  # the sending IP or account blocked for suspicious activity
+    (1090, 1090, SOFT),  # the message could not be processed: try later
+    (1100, 1250, BLOCK),  # no reverse DNS, the domain's policy, Cloudmark, Spamhaus
+    (1260, 1260, SOFT),  # no IPv6: connect over IPv4
+    (1300, 1340, SOFT),  # too many connections: fewer, later
+    (1350, 1490, BLOCK),  # too many messages or recipients, spam potential
+    (1500, 1520, BLOCK),  # sending as another address
+    (1530, 1530, SOFT),  # larger than 20 MB
+    (1540, 1580, BLOCK),  # too many per session, recipients, invalid recipients
+)
+
+
+def _spectrum_class(code: int) -> str | None:
+    return next((klass for first, last, klass in _SPECTRUM_CODES if first <= code <= last), None)
+
+
 def _telling_code(text: str) -> re.Match[str] | None:
     """The first enhanced status code that says more than the generic X.0.0 a report's Status
     often carries, else the first one."""
@@ -166,8 +193,18 @@ def _telling_code(text: str) -> re.Match[str] | None:
     return (specific or codes or [None])[0]
 
 
-# Exchange Online's directory-based edge blocking: the recipient is not in the directory.
-_DIRECTORY_REJECTION = re.compile(r"5\.4\.1 .*Recipient address rejected: Access denied", re.I)
+# The recipient address itself refused by the receiving side's list of addresses: Exchange
+# Online's directory-based edge blocking (5.4.1, not in the directory) and Postfix's
+# check_recipient_access REJECT (554 5.7.1), both said to RCPT TO.
+_DIRECTORY_REJECTION = re.compile(r"Recipient address rejected: Access denied", re.I)
+# Gmail's permanent "ReceivingRatePerm" refusal (5.2.1 "receiving mail at a rate that prevents
+# additional messages from being delivered"): the sender is to stop, not to come back; its
+# temporary "receiving mail too quickly" (4.2.1) only asks to come back later.
+_RECEIVING_RATE = re.compile(
+    # a multiline reply repeats its codes on each line ("at a rate that 550-5.2.1 prevents")
+    r"receiving mail at a rate that\s+(?:[45]\d\d[ -][245]\.\d\.\d+\s+)?prevents additional",
+    re.IGNORECASE,
+)
 
 
 def _from_text(code: int, text: str) -> str | None:

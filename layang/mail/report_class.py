@@ -52,6 +52,8 @@ def report_class(
     if found == UNDETERMINED and explanation:
         found = classify(0, f"{said}\n{explanation}")
     everything = f"{diagnostic}\n{explanation}"
+    if found != HARD and _recipient_refused_by_reply(diagnostic, everything):
+        found = HARD
     if found != HARD:
         if found in (SOFT, UNDETERMINED) and _carrier_filter(everything):
             return BLOCK  # the carrier's domain filter, in its usual vague words
@@ -73,6 +75,17 @@ def report_class(
     if at_rcpt or _DOMAIN_GONE.search(everything) or _DIRECTORY_LOOKUP.search(everything):
         return HARD
     return HARD if _names_the_refused_address(everything) else BLOCK
+
+
+def _recipient_refused_by_reply(diagnostic: str, everything: str) -> bool:
+    """Whether a reply to RCPT TO with no enhanced code of its own ("553 Invalid recipient")
+    says the recipient is unknown: the report's Status is then only the reporting MTA's
+    mapping of the reply code (RFC 3464 §2.3.4), and the reply decides."""
+    return bool(
+        _REPLY_WITHOUT_ENHANCED_CODE.match(diagnostic)
+        and classify(0, diagnostic) == HARD
+        and smtp_stage.at_rcpt(everything)
+    )
 
 
 def _refused_at_greeting(everything: str) -> bool:
@@ -105,6 +118,7 @@ def _names_the_refused_address(everything: str) -> bool:
     return False
 
 
+_REPLY_WITHOUT_ENHANCED_CODE = re.compile(r"[45]\d\d(?:[ -](?![245]\.\d{1,3}\.\d{1,3}\b)|$)")
 _ADDRESS_THEN = re.compile(r"[^\s<>()\"'\[]+@[\w.-]+?>?(?:\.\.\.|:|,)")
 _UNKNOWN_THEN_ADDRESS = re.compile(
     r"(?:unknown user|user unknown|no such user)[:\s]+<?[^\s<>]+@[\w-]+", re.IGNORECASE

@@ -14,12 +14,14 @@ import re
 # Said of the greeting, HELO/EHLO or MAIL FROM: before any recipient was named.
 BEFORE_RCPT = re.compile(
     r"in reply to (?:MAIL FROM|HELO|EHLO)\b|after (?:MAIL FROM|EHLO|HELO|initial connection)\b|"
-    r"my name was rejected|refused to talk to me",
+    r"my name was rejected|refused\s+to\s+talk\s+to\s+me",
     re.IGNORECASE,
 )
 # Said of the greeting alone: the server would not serve this client at all (§3.1, a 554 or
 # 421 instead of the 220).
-AT_GREETING = re.compile(r"after initial connection\b|refused to talk to me", re.IGNORECASE)
+AT_GREETING = re.compile(
+    r"after\s+initial\s+connection\b|refused\s+to\s+talk\s+to\s+me", re.IGNORECASE
+)
 AT_RCPT = re.compile(
     r"in reply to RCPT TO|after RCPT(?: TO)?(?: command)?\b|>>> RCPT TO|RCPT TO command|"
     r"SMTP command:? RCPT|\bRCPT(?: TO)?:?\s*<|does not like recipient|"

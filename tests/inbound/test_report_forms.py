@@ -403,11 +403,6 @@ def corpus_figures() -> tuple[int, int, list[str], list[str]]:
     return matched, total, wrong_hard, missed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the corpus's labels come from sisimai's per-provider rules; Layang's reader "
-    "does not reach 97 % yet, and gives hard where the corpus says filtered",
-)
 def test_the_corpus_is_classed_as_its_labels_say():
     matched, total, wrong_hard, missed = corpus_figures()
     assert not wrong_hard, wrong_hard
@@ -415,8 +410,8 @@ def test_the_corpus_is_classed_as_its_labels_say():
 
 
 def test_the_corpus_reading_does_not_slip_back():
-    # The figures reached so far, held while the rest of the way to the labels is made.
-    matched, total, wrong_hard, _ = corpus_figures()
+    # The figures reached so far (388 of 398, 97.5 %, no wrong hard), held from here on.
+    matched, total, wrong_hard, missed = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.9
-    assert len(wrong_hard) <= 10, wrong_hard
+    assert matched >= 388, "\n".join(missed)
+    assert not wrong_hard, wrong_hard
