@@ -15,6 +15,7 @@ import re
 
 _HEAD_ENDS = re.compile(rb"\r?\n\r?\n")
 _OPENING = re.compile(rb"^--([^\s]+)[ \t]*\r?$", re.MULTILINE)
+_CLOSING = re.compile(rb"^--([^\s]+)--[ \t]*\r?$", re.MULTILINE)
 
 
 def mended(data: bytes, message: email.message.Message) -> email.message.Message:
@@ -32,9 +33,10 @@ def mended(data: bytes, message: email.message.Message) -> email.message.Message
         return _parse(head + indented.sub(rb"\1", body))
     if not any(isinstance(d, email.errors.StartBoundaryNotFoundDefect) for d in message.defects):
         return message
+    closed = {m.group(1) for m in _CLOSING.finditer(body)}
     for opening in _OPENING.finditer(body):
         used = opening.group(1)
-        if re.search(rb"^--" + re.escape(used) + rb"--[ \t]*\r?$", body, re.MULTILINE):
+        if used in closed:  # the first delimiter that is also closed is the one in use
             return _parse(head.replace(boundary.encode("ascii", "replace"), used, 1) + body)
     del message["Content-Type"]
     message["Content-Type"] = "text/plain"

@@ -119,7 +119,7 @@ def _names_the_refused_address(everything: str) -> bool:
 
 
 _REPLY_WITHOUT_ENHANCED_CODE = re.compile(r"[45]\d\d(?:[ -](?![245]\.\d{1,3}\.\d{1,3}\b)|$)")
-_ADDRESS_THEN = re.compile(r"[^\s<>()\"'\[]+@[\w.-]+?>?(?:\.\.\.|:|,)")
+_ADDRESS_THEN = re.compile(r"[^\s<>()\"'\[]{1,64}@[\w.-]+?>?(?:\.\.\.|:|,)")
 _UNKNOWN_THEN_ADDRESS = re.compile(
     r"(?:unknown user|user unknown|no such user)[:\s]+<?[^\s<>]+@[\w-]+", re.IGNORECASE
 )
