@@ -4,8 +4,8 @@ weighed by what the report shows of how the refusal came about.
 
 ``hard`` suppresses the address, so it needs the report to show the address itself was
 refused: an RFC 3463 X.1.x status, a refusal in reply to RCPT TO (RFC 5321 §4.1.1.3), a reply
-that names the address it does not know, a directory lookup of the receiving system, or a
-domain that does not exist. "User unknown" said of no command and no address (a relay's summary,
+that names the address it does not know, a directory lookup of the receiving system (Exim's
+routers giving their own reason), or a domain that does not exist. "User unknown" said of no command and no address (a relay's summary,
 a filter's mask) is a refusal of the message: ``block``.
 """
 
@@ -74,6 +74,8 @@ def report_class(
         return BLOCK
     if at_rcpt or _DOMAIN_GONE.search(everything) or _DIRECTORY_LOOKUP.search(everything):
         return HARD
+    if _exim_routing_verdict(diagnostic, everything):
+        return HARD
     return HARD if _names_the_refused_address(everything) else BLOCK
 
 
@@ -85,6 +87,20 @@ def _recipient_refused_by_reply(diagnostic: str, everything: str) -> bool:
         _REPLY_WITHOUT_ENHANCED_CODE.match(diagnostic)
         and classify(0, diagnostic) == HARD
         and smtp_stage.at_rcpt(everything)
+    )
+
+
+def _exim_routing_verdict(diagnostic: str, everything: str) -> bool:
+    """Whether an Exim stock notice gives its own reason for the address, not a remote
+    server's: Exim reports every remote refusal with the host and its reply ("SMTP error from
+    remote mail server after RCPT TO:", "host mx.b [192.0.2.1]: 550 ..."); a reason under the
+    failed address with neither is what Exim's routers decided while looking the address up
+    (an alias file's ``:fail: mailbox no longer exists``, a redirect's ``fail``): the
+    receiving system's own directory."""
+    return bool(
+        not diagnostic
+        and _EXIM_PERMANENT_LIST.search(everything)
+        and not _EXIM_REMOTE_REPLY.search(everything)
     )
 
 
@@ -137,6 +153,16 @@ _DOMAIN_GONE = re.compile(
 _DIRECTORY_LOOKUP = re.compile(
     r"not listed in (?:the )?(?:public )?(?:name (?:&|and) address book|directory)|"
     r"見つかりません|リストにありません|\(000C05A6\)",
+    re.IGNORECASE,
+)
+# Exim's stock notice (its bounce_message_text), above the list of failed addresses.
+_EXIM_PERMANENT_LIST = re.compile(
+    r"This\s+is\s+a\s+permanent\s+error\.\s+The\s+following\s+address\(es\)\s+failed:",
+    re.IGNORECASE,
+)
+_EXIM_REMOTE_REPLY = re.compile(
+    r"(?:SMTP|LMTP)\s+error\s+from\s+remote\s+mail(?:er|\s+server)|"
+    r"\bhost\s+[\w.-]+\s+\[[\w.:]+\]|(?<![\d.])[45]\d\d[ -]",
     re.IGNORECASE,
 )
 _CARRIER_WORDS = re.compile(r"user unknown|unknown user|rejected", re.IGNORECASE)

@@ -146,8 +146,19 @@ Subject: Your order
             "hard",
             True,
         ),
-        # The same words of no command and no address: a relay's summary, not the refusal
-        ("mailbox no longer exists", "block", False),
+        # Exim's own words, of no remote host: its routers' verdict on the address (an alias
+        # file's ":fail: mailbox no longer exists")
+        ("mailbox no longer exists", "hard", True),
+        ("No such user here", "hard", True),
+        # A remote host's reply that names no command and no address: not the address refused
+        ("host mx.rcpt.test [192.0.2.7]\n    550 user unknown", "block", False),
+        (
+            "SMTP error from remote mail server after end of data:\n    550 user unknown",
+            "block",
+            False,
+        ),
+        # Exim's own words that name no missing address stay what they say
+        ('"Sorry, your address has been blacklisted"', "block", False),
         ("Mailbox quota exceeded", "soft", False),
         ("retry timeout exceeded", "soft", False),
     ],
