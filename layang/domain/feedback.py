@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,9 +29,9 @@ import peewee
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import database, is_postgresql, write_transaction
-from layang.mail.bounce_class import BLOCK, HARD, SOFT, UNDETERMINED, classify
 from layang.mail.breaker_levels import judge_recorded
 from layang.mail.events import append_events
+from layang.mail.report_class import report_class
 from layang.mail.return_path import InvalidReturnPath, ReturnPaths
 from layang.models import (
     AUTO_REPLY,
@@ -84,6 +83,9 @@ class RecipientStatus:
     say too little; never stored."""
     from_filter: bool = False
     """The notice comes from a content-filtering gateway (its verdict on the message)."""
+    stated_class: str = ""
+    """The bounce class the reporting system states itself (PowerMTA's bounce category, an
+    Amazon SES receipt rule's bounce), ``""`` when it states none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,88 +246,15 @@ def record_inbound(
 
 
 def bounce_class(status: RecipientStatus) -> str:
-    """The bounce class (:mod:`layang.mail.bounce_class`) of one recipient's part of a report.
-
-    The remote server's own reply decides before the report's Status field (a report may say
-    ``5.1.1`` of a reply that says ``5.7.1 IP address blacklisted``); when both say too little
-    (a generic ``5.0.0``, words that name no cause), what the notice itself says decides. A
-    refusal given only after the message's content was sent (in reply to DATA, RFC 5321
-    §4.1.1.4) is about the message, and one given to the connection, HELO or MAIL FROM about
-    the sender, not the address; so is a content-filtering gateway's: never ``hard``.
-    """
-    said = f"{status.diagnostic} {status.status}"
-    if status.explanation and not status.diagnostic:
-        said = f"{said}\n{status.explanation}"  # a bare code: the notice says why
-    found = classify(0, said)
-    if found == UNDETERMINED and status.explanation:
-        found = classify(0, f"{said}\n{status.explanation}")
-    everything = f"{status.diagnostic}\n{status.explanation}"
-    if found != HARD:
-        if found in (SOFT, UNDETERMINED) and _carrier_filter(everything):
-            return BLOCK  # the carrier's domain filter, in its usual vague words
-        return found
-    if _BEFORE_RCPT.search(everything):
-        return BLOCK
-    if _MAILBOX_DISABLED.search(said) and not _AT_RCPT.search(everything):
-        return BLOCK
-    if _RECIPIENT_CODE.search(said) or _ACCOUNT_GONE.search(said):
-        return found
-    filtered_by_carrier = _DOMAIN_FILTER_HOSTS.search(everything) and not _NAMED.search(
-        _NOTICE_LISTING.sub("", everything)
+    """The bounce class (:mod:`layang.mail.bounce_class`) of one recipient's part of a report:
+    :func:`layang.mail.report_class.report_class` of its fields."""
+    return report_class(
+        status.status,
+        status.diagnostic,
+        status.explanation,
+        from_filter=status.from_filter,
+        stated=status.stated_class,
     )
-    if status.from_filter or filtered_by_carrier or _AFTER_DATA.search(everything):
-        return BLOCK
-    return found
-
-
-def _carrier_filter(everything: str) -> bool:
-    """Whether a Japanese carrier refused the mail with words that name no cause ("user
-    unknown" of no named address, "rejected"): what its domain filter says."""
-    return bool(
-        _DOMAIN_FILTER_HOSTS.search(everything)
-        and _CARRIER_WORDS.search(everything)
-        and not _NAMED.search(_NOTICE_LISTING.sub("", everything))
-        and not _MAILBOX_WORDS.search(everything)
-    )
-
-
-_CARRIER_WORDS = re.compile(r"user unknown|unknown user|rejected", re.IGNORECASE)
-_MAILBOX_WORDS = re.compile(r"mailbox (?:is )?full|over ?quota|quota", re.IGNORECASE)
-_RECIPIENT_CODE = re.compile(r"(?<![\d.])5\.1\.\d+(?![\d.])")
-# RFC 3463 X.2.1, "mailbox disabled, not accepting messages": the mailbox exists and refuses
-# this mail, whatever words come with it; no reason to suppress the address.
-_MAILBOX_DISABLED = re.compile(r"(?<![\d.])5\.2\.1(?![\d.])")
-# Yahoo refuses unknown accounts only after DATA, and says so unmistakably.
-_ACCOUNT_GONE = re.compile(r"doesn'?t have an? [\w.-]+ account", re.IGNORECASE)
-# Japanese mobile carriers answer "550 : User unknown" (no address named) when their domain
-# filter refuses the sender; an unknown address they name ("550 <a@…>: User unknown").
-_DOMAIN_FILTER_HOSTS = re.compile(
-    r"@(?:[\w-]+\.)*(?:docomo\.ne\.jp|ezweb\.ne\.jp|au\.com|softbank\.ne\.jp|"
-    r"i\.softbank\.jp)\b",
-    re.IGNORECASE,
-)
-_NAMED = re.compile(r"<[^<>\s]+@[^<>\s]+>\s*:")
-# A notice's own list of the failed addresses, one "<address>:" line each before the reply
-# (Yahoo, qmail): the notice naming the address, not the carrier's reply.
-_NOTICE_LISTING = re.compile(r"^<[^<>\s]+@[^<>\s]+>:\s*$", re.MULTILINE)
-# Postfix, Exim and qmail saying the refusal came before any recipient was named.
-_BEFORE_RCPT = re.compile(
-    r"in reply to (?:MAIL FROM|HELO|EHLO)\b|after (?:MAIL FROM|EHLO|HELO|initial connection)\b|"
-    r"my name was rejected",
-    re.IGNORECASE,
-)
-# How Postfix, Exim, Sendmail and others say the refusal answered RCPT TO.
-_AT_RCPT = re.compile(
-    r"in reply to RCPT TO|after RCPT(?: TO)?(?: command)?\b|>>> RCPT TO|RCPT TO command|"
-    r"SMTP command:? RCPT|\bRCPT(?: TO)?:?\s*<|does not like recipient",
-    re.IGNORECASE,
-)
-# How Postfix, Exim and Sendmail say which command the refusal answered.
-_AFTER_DATA = re.compile(
-    r"in reply to (?:end of )?DATA|after (?:end of )?data\b|>>> DATA|"
-    r"DATA command|SMTP command:? DATA|\[DATA\]",
-    re.IGNORECASE,
-)
 
 
 def _telling_status(statuses: Sequence[RecipientStatus]) -> RecipientStatus | None:

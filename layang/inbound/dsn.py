@@ -14,6 +14,7 @@ import email.message
 import re
 
 from layang.domain.feedback import DeliveryReport, RecipientStatus
+from layang.inbound import powermta, ses_receipt_rules
 from layang.inbound import report_parts as mime
 from layang.inbound.mta_bounces import explanation
 
@@ -56,6 +57,8 @@ def read_dsn(message: email.message.Message) -> DeliveryReport | None:
                 final_recipient=mime.typed(mime.value(block, "Final-Recipient")),
                 explanation=told,
                 from_filter=mime.from_content_filter(message),
+                stated_class=powermta.stated_class(block)
+                or ses_receipt_rules.stated_class(message, told, diagnostic),
             )
         )
     if not statuses:

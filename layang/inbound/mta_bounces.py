@@ -68,7 +68,11 @@ def explanation(message: email.message.Message) -> str:
     ``EXPLANATION_CHARS``, blank runs collapsed."""
     said = []
     for part in mime.own_parts(message):
-        if part.get_content_maintype() != "text" or part.is_multipart():
+        if part.is_multipart():
+            continue
+        # A multipart the parser could not split (its boundary lost to a broken header fold)
+        # is read as the text it holds.
+        if part.get_content_maintype() not in ("text", "multipart"):
             continue
         if part.get_content_type() in mime.ORIGINAL_HEADERS:
             continue
@@ -84,14 +88,25 @@ def explanation(message: email.message.Message) -> str:
 
 
 def looks_like_a_bounce(message: email.message.Message) -> bool:
-    """Whether the message is a delivery failure notice by its envelope of fields."""
+    """Whether the message is a delivery failure notice by its envelope of fields, or, from a
+    system sender, by the sentence its notice template opens with."""
     if message.get("X-Failed-Recipients") is not None:
         return True
     subject = mime.decoded(message, "Subject")
     sender = mime.value(message, "From")
-    return bool(_BOUNCE_SUBJECT.search(subject)) and (
-        bool(_SENDERS.search(sender)) or not mime.value(message, "Return-Path").strip("<> ")
-    )
+    if not _SENDERS.search(sender):
+        return bool(_BOUNCE_SUBJECT.search(subject)) and (
+            not mime.value(message, "Return-Path").strip("<> ")
+        )
+    return bool(_BOUNCE_SUBJECT.search(subject) or _NOTICE_SENTENCE.search(explanation(message)))
+
+
+# The sentences of notices whose subject says nothing ("Mail", "Re: <the subject>"): au one
+# net's "Could not be delivered to: <address>", Apache James's bounce template ("Error message
+# below:" above the remote server's reply).
+_NOTICE_SENTENCE = re.compile(
+    r"^\s*could not be delivered to:|^Error message below:\s*$", re.IGNORECASE | re.MULTILINE
+)
 
 
 def read_mta_bounce(message: email.message.Message) -> DeliveryReport | None:
@@ -179,5 +194,11 @@ def _diagnostic(told: str) -> str:
     for pattern in (_SMTP_REPLY, _QMAIL_STATUS):
         match = pattern.search(told)
         if match:
-            return " ".join(match.group(0).split())
+            # Exim and Postfix wrap a long reply onto indented lines below it.
+            wrapped = _WRAPPED.match(told, match.end())
+            said = match.group(0) + (wrapped.group(0) if wrapped else "")
+            return " ".join(said.split())
     return ""
+
+
+_WRAPPED = re.compile(r"(?:\r?\n[ \t]+(?![<\"]?[\w.+=!%/-]+@)\S[^\r\n]*){1,4}")

@@ -23,6 +23,7 @@ import email.policy
 from layang.domain.feedback import Report, Unrecognised
 from layang.inbound.arf import read_arf
 from layang.inbound.auto_reply import read_auto_reply
+from layang.inbound.boundaries import mended
 from layang.inbound.dsn import read_dsn
 from layang.inbound.mta_bounces import read_mta_bounce
 from layang.inbound.report_parts import MAX_PARTS
@@ -38,7 +39,7 @@ def read_report(data: bytes) -> Report:
     if problem is not None:
         return Unrecognised(problem)
     try:
-        message = email.message_from_bytes(data, policy=email.policy.compat32)
+        message = mended(data, email.message_from_bytes(data, policy=email.policy.compat32))
         for reader in (read_dsn, read_arf, read_ses_notification, read_mta_bounce, read_auto_reply):
             report = reader(message)
             if report is not None:

@@ -38,6 +38,8 @@ _BLOCK_TEXTS = re.compile(
     r"virus|malware|content (?:rejected|filter)|message content|improper use of|"
     r"headers? too (?:large|long)|protocol violation|not accepting connections|"
     r"host network not allowed|domain filter|filtered|"
+    # the message's From refused (GoDaddy's "From: Domain is invalid")
+    r"\bFrom:?\s+(?:domain|address|header)\s+is\s+invalid|provide a valid From\b|"
     r"^\W*5\d\d[ -](?:5\.\d\.\d+ )?rejected\W*$",
     re.IGNORECASE | re.MULTILINE,
 )
@@ -69,7 +71,7 @@ _SOFT_TEXTS = re.compile(
     r"pipe to \||command parameter not implemented|system (?:error|problem)",
     re.IGNORECASE,
 )
-_HARD_TEXTS = re.compile(
+HARD_TEXTS = re.compile(
     r"user unknown|unknown user|no such (?:user|mailbox|recipient|address|domain)|"
     r"does not exist|doesn'?t exist|not exist|no longer exists|mailbox (?:not found|unavailable)|"
     r"invalid (?:recipient|mailbox|address)|recipient (?:address )?rejected|"
@@ -97,6 +99,11 @@ def classify(code: int, text: str) -> str:
         return HARD
     if _ON_HOLD.search(text):
         return UNDETERMINED  # the receiving side holds the address back: no verdict yet
+    if _RECEIVING_RATE.search(text):
+        return BLOCK
+    aup = _SPECTRUM_AUP.search(text)
+    if aup and _spectrum_class(int(aup.group(1))):
+        return _spectrum_class(int(aup.group(1)))
     match = _telling_code(text)
     if match:
         klass, subject, detail = match.group(1), match.group(2), match.group(3)
@@ -109,7 +116,7 @@ def classify(code: int, text: str) -> str:
         if subject in ("6", "7"):
             return BLOCK  # X.6.x: the message's content was refused; X.7.x: policy
         if klass == "4":
-            if _CONNECTION_LIMIT.search(text):
+            if CONNECTION_LIMIT.search(text):
                 return SOFT
             return BLOCK if _BLOCK_TEXTS.search(text) else SOFT
         if klass == "5":
@@ -124,19 +131,19 @@ def classify(code: int, text: str) -> str:
             if subject == "4" and detail == "4":
                 # X.4.4, unable to route: Postfix and Exchange say it of a domain that is not;
                 # a name server that failed to answer says nothing of the domain.
-                return HARD if _HARD_TEXTS.search(text) else SOFT
-            if subject == "3" and _HARD_TEXTS.search(text) and not _SOFT_TEXTS.search(text):
+                return HARD if HARD_TEXTS.search(text) else SOFT
+            if subject == "3" and HARD_TEXTS.search(text) and not _SOFT_TEXTS.search(text):
                 return HARD  # X.3.x said of a recipient the system does not have
             if subject in ("3", "4"):
                 # X.3.x, the receiving system's trouble; X.4.x, network and routing: expired
                 return BLOCK if _BLOCK_TEXTS.search(text) else SOFT
-            if subject == "2" and detail == "1" and _HARD_TEXTS.search(text):
+            if subject == "2" and detail == "1" and HARD_TEXTS.search(text):
                 return HARD  # X.2.1 "mailbox disabled", said of an unknown user
             if subject == "2" and detail in ("2", "1", "3"):
                 # 5.2.2 mailbox full is temporary by nature; 5.2.1 "disabled" often is too;
                 # 5.2.3, too long for this mailbox.
                 return SOFT
-            if subject == "2" and detail != "0" and not _HARD_TEXTS.search(text):
+            if subject == "2" and detail != "0" and not HARD_TEXTS.search(text):
                 return SOFT
         return _from_text(code, text) or (SOFT if klass == "4" else UNDETERMINED)
     return _from_text(code, text) or (SOFT if 400 <= code < 500 else UNDETERMINED)
@@ -151,11 +158,31 @@ _SUSPENDED = re.compile(
     re.IGNORECASE,
 )
 # Too many connections at once is the receiving system's limit, not a verdict on the sender.
-_CONNECTION_LIMIT = re.compile(
+CONNECTION_LIMIT = re.compile(
     r"too many (?:connections|concurrent)|connection (?:rate|frequency) limit|"
     r"did not accept our requests to connect",
     re.IGNORECASE,
 )
+
+
+# Spectrum's (Charter's) own codes, "AUP#In-1310" or "AUP#Out-1000", as its page
+# "Understanding email error codes" explains them: (first, last, class).
+_SPECTRUM_AUP = re.compile(r"AUP#[A-Za-z]*-?(\d{4})\b")
+_SPECTRUM_CODES = (
+    (1000, 1080, BLOCK),  # the sending IP or account blocked for suspicious activity
+    (1090, 1090, SOFT),  # the message could not be processed: try later
+    (1100, 1250, BLOCK),  # no reverse DNS, the domain's policy, Cloudmark, Spamhaus
+    (1260, 1260, SOFT),  # no IPv6: connect over IPv4
+    (1300, 1340, SOFT),  # too many connections: fewer, later
+    (1350, 1490, BLOCK),  # too many messages or recipients, spam potential
+    (1500, 1520, BLOCK),  # sending as another address
+    (1530, 1530, SOFT),  # larger than 20 MB
+    (1540, 1580, BLOCK),  # too many per session, recipients, invalid recipients
+)
+
+
+def _spectrum_class(code: int) -> str | None:
+    return next((klass for first, last, klass in _SPECTRUM_CODES if first <= code <= last), None)
 
 
 def _telling_code(text: str) -> re.Match[str] | None:
@@ -166,12 +193,22 @@ def _telling_code(text: str) -> re.Match[str] | None:
     return (specific or codes or [None])[0]
 
 
-# Exchange Online's directory-based edge blocking: the recipient is not in the directory.
-_DIRECTORY_REJECTION = re.compile(r"5\.4\.1 .*Recipient address rejected: Access denied", re.I)
+# The recipient address itself refused by the receiving side's list of addresses: Exchange
+# Online's directory-based edge blocking (5.4.1, not in the directory) and Postfix's
+# check_recipient_access REJECT (554 5.7.1), both said to RCPT TO.
+_DIRECTORY_REJECTION = re.compile(r"Recipient address rejected: Access denied", re.I)
+# Gmail's permanent "ReceivingRatePerm" refusal (5.2.1 "receiving mail at a rate that prevents
+# additional messages from being delivered"): the sender is to stop, not to come back; its
+# temporary "receiving mail too quickly" (4.2.1) only asks to come back later.
+_RECEIVING_RATE = re.compile(
+    # a multiline reply repeats its codes on each line ("at a rate that 550-5.2.1 prevents")
+    r"receiving mail at a rate that\s+(?:[45]\d\d[ -][245]\.\d\.\d+\s+)?prevents additional",
+    re.IGNORECASE,
+)
 
 
 def _from_text(code: int, text: str) -> str | None:
-    if _SUSPENDED.search(text) or _CONNECTION_LIMIT.search(text):
+    if _SUSPENDED.search(text) or CONNECTION_LIMIT.search(text):
         return SOFT
     if _BLOCK_TEXTS.search(text):
         return BLOCK
@@ -179,6 +216,6 @@ def _from_text(code: int, text: str) -> str | None:
         return SOFT
     if 400 <= code < 500:
         return SOFT
-    if _HARD_TEXTS.search(text):
+    if HARD_TEXTS.search(text):
         return HARD
     return None

@@ -109,14 +109,14 @@ def test_a_generic_status_is_explained_by_x_supplementary_info(
         f"Final-Recipient: rfc822; {RECIPIENT}\r\n"
         "Action: failed\r\n"
         "Status: 5.0.0\r\n"
-        'X-Supplementary-Info: <192.0.2.32 #5.0.0 smtp; 550 "Unknown User">\r\n'
+        'X-Supplementary-Info: <192.0.2.32 #5.0.0 smtp; 550 5.1.1 "Unknown User">\r\n'
         "\r\n"
         "--s--\r\n"
     ).encode()
     deliver(inbound, verp, report)
     event = record(client, auth, record_id)["events"][-1]
     assert event["status"] == "Bounce" and event["bounceClass"] == "hard"
-    assert event["detail"]["diagnostic"] == '192.0.2.32 #5.0.0 smtp; 550 "Unknown User"'
+    assert event["detail"]["diagnostic"] == '192.0.2.32 #5.0.0 smtp; 550 5.1.1 "Unknown User"'
     assert suppressed(client, auth)
 
 
@@ -140,7 +140,25 @@ Subject: Your order
     ("reason", "klass", "is_suppressed"),
     [
         ("Unrouteable address", "hard", True),
+        (
+            "SMTP error from remote mail server after RCPT TO:<ana@rcpt.test>:\n"
+            "    550 mailbox no longer exists",
+            "hard",
+            True,
+        ),
+        # Exim's own words, of no remote host: its routers' verdict on the address (an alias
+        # file's ":fail: mailbox no longer exists")
         ("mailbox no longer exists", "hard", True),
+        ("No such user here", "hard", True),
+        # A remote host's reply that names no command and no address: not the address refused
+        ("host mx.rcpt.test [192.0.2.7]\n    550 user unknown", "block", False),
+        (
+            "SMTP error from remote mail server after end of data:\n    550 user unknown",
+            "block",
+            False,
+        ),
+        # Exim's own words that name no missing address stay what they say
+        ('"Sorry, your address has been blacklisted"', "block", False),
         ("Mailbox quota exceeded", "soft", False),
         ("retry timeout exceeded", "soft", False),
     ],
@@ -396,11 +414,6 @@ def corpus_figures() -> tuple[int, int, list[str], list[str]]:
     return matched, total, wrong_hard, missed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the corpus's labels come from sisimai's per-provider rules; Layang's reader "
-    "does not reach 97 % yet, and gives hard where the corpus says filtered",
-)
 def test_the_corpus_is_classed_as_its_labels_say():
     matched, total, wrong_hard, missed = corpus_figures()
     assert not wrong_hard, wrong_hard
@@ -408,8 +421,8 @@ def test_the_corpus_is_classed_as_its_labels_say():
 
 
 def test_the_corpus_reading_does_not_slip_back():
-    # The figures reached so far, held while the rest of the way to the labels is made.
-    matched, total, wrong_hard, _ = corpus_figures()
+    # The figures reached so far (388 of 398, 97.5 %, no wrong hard), held from here on.
+    matched, total, wrong_hard, missed = corpus_figures()
     assert total == 398
-    assert matched / total >= 0.9
-    assert len(wrong_hard) <= 10, wrong_hard
+    assert matched >= 388, "\n".join(missed)
+    assert not wrong_hard, wrong_hard
