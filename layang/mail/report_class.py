@@ -5,8 +5,9 @@ weighed by what the report shows of how the refusal came about.
 ``hard`` suppresses the address, so it needs the report to show the address itself was
 refused: an RFC 3463 X.1.x status, a refusal in reply to RCPT TO (RFC 5321 §4.1.1.3), a reply
 that names the address it does not know, a directory lookup of the receiving system (Exim's
-routers giving their own reason), or a domain that does not exist. "User unknown" said of no command and no address (a relay's summary,
-a filter's mask) is a refusal of the message: ``block``.
+routers giving their own reason), or a domain that does not exist. "User unknown" said of no
+command and no address (a relay's summary, a filter's mask) is a refusal of the message:
+``block``.
 """
 
 from __future__ import annotations
