@@ -11,14 +11,14 @@ Every kind is removed ``BATCH`` rows per write transaction, so a run never holds
 for long however much has piled up; the worker runs :func:`apply` every few minutes with a time
 budget, ``layang retention run`` until nothing is left.
 
-On PostgreSQL the history tables are partitioned by day (``layang.domain.partitions``): a run
-first drops the days past the longest retention any account has (the service's or an
+On PostgreSQL the history tables are partitioned by week (``layang.domain.partitions``): a run
+first drops the weeks past the longest retention any account has (the service's or an
 account's own), whole, never row by row. What an account keeps for less time still goes row by
-row from the partitions that stay; so does a day that still holds queued mail (its other rows
-go, the queued ones stay, and the day is dropped once they are final) and whatever sits in a
+row from the partitions that stay; so does a week that still holds queued mail (its other rows
+go, the queued ones stay, and the week is dropped once they are final) and whatever sits in a
 default partition. For the accounts that keep the longest, rows go row by row only from whole
-days past the horizon (which a drop normally took first): the day the horizon falls in waits
-for its drop, so their records live up to a day longer than ``retention_days``.
+weeks past the horizon (which a drop normally took first): the week the horizon falls in waits
+for its drop, so their records live up to a week longer than ``retention_days``.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def apply(
         # never holds back the others'.
         random.shuffle(accounts)
     policies = [(account, policy_of(account, config)) for account in accounts]
-    # Content first, as on SQLite: a message whose content expired before its day was dropped
+    # Content first, as on SQLite: a message whose content expired before its week was dropped
     # counts under both.
     for account, policy in policies:
         if not budget.left():
@@ -192,7 +192,7 @@ def show(config: Config, now: int | None = None) -> Removed:
 
 
 def _drop_horizon(config: Config, accounts: list[Account], now: int) -> int | None:
-    """Where whole days of history may be dropped (epoch ms): the longest retention of any
+    """Where whole weeks of history may be dropped (epoch ms): the longest retention of any
     account ago. None where the tables are not partitioned (SQLite)."""
     if not partitions.partitioned():
         return None
@@ -202,11 +202,11 @@ def _drop_horizon(config: Config, accounts: list[Account], now: int) -> int | No
 
 def _floor(policy: Policy, now: int, horizon: int | None) -> str:
     """The id below which the account's records and webhook deliveries go row by row: its own
-    retention ago; for the accounts that keep the longest, the start of the day the drop
-    horizon falls in (that day and the later ones go only by dropping partitions)."""
+    retention ago; for the accounts that keep the longest, the start of the week the drop
+    horizon falls in (that week and the later ones go only by dropping partitions)."""
     cutoff = now - policy.retention_days * DAY_MS
     if horizon is not None and cutoff <= horizon:
-        cutoff = horizon // DAY_MS * DAY_MS
+        cutoff = partitions.week_of(horizon)
     return id_floor(cutoff)
 
 

@@ -55,7 +55,7 @@ HEADER = f"""\
 --       tag of the mail, in "activity_tag_count", joining "transmission_tag" (migration 32).
 --   webhook_event_notify, webhook_delivery_notify (PostgreSQL only)  wake idle webhook
 --       dispatchers (NOTIFY layang_webhooks) when webhook work is stored (migration 20).
--- Partitioned by day on PostgreSQL (migration 34; each "PARTITION BY" below): transmission,
+-- Partitioned by week on PostgreSQL (migration 34; each "PARTITION BY" below): transmission,
 --   transmission_tag, payload_chunk, recipient, event, webhook_delivery, webhook_attempt,
 --   webhook_event. Their partitions (<table>_history, <table>_pYYYYMMDD, <table>_default) are
 --   made and dropped by layang/domain/partitions.py and not listed here.

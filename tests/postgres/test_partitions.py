@@ -1,6 +1,6 @@
-"""The history tables' daily partitions on PostgreSQL (migration 34): an existing database is
-converted without losing a row, the worker makes the coming days' partitions, and retention
-drops whole days, never one that still holds queued mail."""
+"""The history tables' weekly partitions on PostgreSQL (migration 34): an existing database is
+converted without losing a row, the worker makes the coming weeks' partitions, and retention
+drops whole weeks, never one that still holds queued mail."""
 
 from __future__ import annotations
 
@@ -31,11 +31,14 @@ from tests.delivery.test_crash import process_env, start, stop, wait_while_runni
 from tests.test_migrations import empty_database  # noqa: F401 - fixture
 
 DAY_MS = 86_400_000
+WEEK_MS = partitions.WEEK_MS
 TABLES = [t.name for t in partitions.TABLES]
 
 
-def day_of(at_ms: int) -> str:
-    return f"{datetime.datetime.fromtimestamp(at_ms / 1000, datetime.UTC):%Y%m%d}"
+def week_of(at_ms: int) -> str:
+    """The name's end of the partition holding ``at_ms``: its Monday."""
+    monday = partitions.week_of(at_ms)
+    return f"{datetime.datetime.fromtimestamp(monday / 1000, datetime.UTC):%Y%m%d}"
 
 
 def partition_names() -> set[str]:
@@ -143,8 +146,8 @@ def test_an_existing_database_keeps_every_row_and_takes_new_mail(empty_database)
         "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s)", (TABLES,)
     ).fetchall()
     assert dict(kinds) == dict.fromkeys(TABLES, "p")
-    # The old table is the partition up to the day after its newest row (the one 30 days
-    # ahead); daily partitions follow it once that day is near.
+    # The old table is the partition up to the week after its newest row's (30 days ahead);
+    # weekly partitions follow it once that week is near.
     future = now + 30 * DAY_MS
     assert partition_names() == {f"{table}_history" for table in TABLES}
     # Read back the way the API reads them.
@@ -161,34 +164,36 @@ def test_an_existing_database_keeps_every_row_and_takes_new_mail(empty_database)
     where = database.execute_sql(
         'SELECT tableoid::regclass::text FROM "recipient" WHERE "id" = %s', (rid,)
     ).fetchone()[0]
-    assert where == "recipient_history"  # today is before the cut (the day after the newest)
+    assert where == "recipient_history"  # today is before the cut (the week after the newest)
     made = partitions.make_ahead(future)
-    assert f"recipient_p{day_of(future + DAY_MS)}" in made
-    assert f"recipient_p{day_of(future)}" not in made
-    later, later_rid = store_mail(acme.id, future + DAY_MS + 5, 10)
+    assert f"recipient_p{week_of(future + WEEK_MS)}" in made
+    assert f"recipient_p{week_of(future)}" not in made
+    later, later_rid = store_mail(acme.id, future + WEEK_MS + 5, 10)
     where = database.execute_sql(
         'SELECT tableoid::regclass::text FROM "event" WHERE "recipient_id" = %s', (later_rid,)
     ).fetchone()[0]
-    assert where == f"event_p{day_of(future + DAY_MS)}"
+    assert where == f"event_p{week_of(future + WEEK_MS)}"
     assert Recipient.get_by_id(later_rid).transmission_id == later
     now_counted = database.execute_sql('SELECT sum("count") FROM "activity_count"').fetchone()[0]
     assert now_counted == counted + 2 * 2  # two records, each counted sent and delivered
 
 
-def test_the_worker_makes_the_coming_days_partitions(empty_database, config, tmp_path):  # noqa: F811
+def test_the_worker_makes_the_coming_weeks_partitions(empty_database, config, tmp_path):  # noqa: F811
     url = empty_database()
     open_database(url)
     upgrade()
-    today = now_ms() // DAY_MS * DAY_MS
-    ahead = [today + n * DAY_MS for n in range(2, partitions.AHEAD_DAYS + 1)]
-    for day in ahead:
+    this_week = partitions.week_of(now_ms())
+    last = partitions.week_of(now_ms() + partitions.AHEAD_DAYS * DAY_MS)
+    ahead = list(range(this_week + WEEK_MS, last + 1, WEEK_MS))
+    assert len(ahead) >= 2
+    for week in ahead:
         for table in TABLES:
-            name = f"{table}_p{day_of(day)}"
+            name = f"{table}_p{week_of(week)}"
             database.execute_sql(f'ALTER TABLE "{table}" DETACH PARTITION "{name}"')
             database.execute_sql(f'DROP TABLE "{name}"')
-    assert not any(day_of(ahead[-1]) in name for name in partition_names())
+    assert not any(week_of(last) in name for name in partition_names())
 
-    # Several workers at once: each day is made once, and none of them fails.
+    # Several workers at once: each week is made once, and none of them fails.
     made: list[list[str]] = []
     errors: list[BaseException] = []
 
@@ -206,36 +211,35 @@ def test_the_worker_makes_the_coming_days_partitions(empty_database, config, tmp
     for thread in threads:
         thread.join(60)
     assert not errors, errors
-    expected = {f"{table}_p{day_of(day)}" for day in ahead for table in TABLES}
+    expected = {f"{table}_p{week_of(week)}" for week in ahead for table in TABLES}
     assert sorted(name for names in made for name in names) == sorted(expected)
     assert partitions.make_ahead() == []
 
-    # A worker process makes tomorrow's week's last day, once the clock has moved on, by itself.
-    last = ahead[-1]
+    # A worker process makes the last week ahead by itself.
     for table in TABLES:
-        database.execute_sql(f'ALTER TABLE "{table}" DETACH PARTITION "{table}_p{day_of(last)}"')
-        database.execute_sql(f'DROP TABLE "{table}_p{day_of(last)}"')
+        database.execute_sql(f'ALTER TABLE "{table}" DETACH PARTITION "{table}_p{week_of(last)}"')
+        database.execute_sql(f'DROP TABLE "{table}_p{week_of(last)}"')
     log = tmp_path / "worker.log"
     worker = start(["worker"], process_env(dataclasses.replace(config, database_url=url)), log)
     try:
         wait_while_running(
-            lambda: {f"{t}_p{day_of(last)}" for t in TABLES} <= partition_names(),
+            lambda: {f"{t}_p{week_of(last)}" for t in TABLES} <= partition_names(),
             worker,
             log,
             "the worker made no partitions",
         )
     finally:
         stop(worker)
-    # Rows of that day land in its partition, not the default one.
+    # Rows of that week land in its partition, not the default one.
     acme = Account.create(name="acme", mode="live")
     _, rid = store_mail(acme.id, last + 10, 1)
     where = database.execute_sql(
         'SELECT tableoid::regclass::text FROM "recipient" WHERE "id" = %s', (rid,)
     ).fetchone()[0]
-    assert where == f"recipient_p{day_of(last)}"
+    assert where == f"recipient_p{week_of(last)}"
 
 
-def test_retention_drops_whole_days_but_never_one_holding_queued_mail(
+def test_retention_drops_whole_weeks_but_never_one_holding_queued_mail(
     empty_database,  # noqa: F811
     config,
 ):
@@ -243,23 +247,24 @@ def test_retention_drops_whole_days_but_never_one_holding_queued_mail(
     upgrade()
     acme = Account.create(name="acme", mode="live")
     endpoint = WebhookEndpoint.create(account=acme, url="https://h.test/", events="*", secret=b"x")
-    today = now_ms() // DAY_MS * DAY_MS
-    first, second = today + 2 * DAY_MS, today + 3 * DAY_MS
+    # Next week and the week after: partitions of their own (the migration made them).
+    first = partitions.week_of(now_ms()) + WEEK_MS
+    second = first + WEEK_MS
     gone_tid, gone_rid = store_mail(acme.id, first + 1000, 1)
     store_webhooks(endpoint.id, first + 1000)
     queued_tid, queued_rid = store_mail(acme.id, second + 1000, 2, queued=True)
     _, final_rid = store_mail(acme.id, second + 2000, 3)
-    for day in (first, second):
+    for week in (first, second):
         for table in TABLES:
-            assert f"{table}_p{day_of(day)}" in partition_names()
+            assert f"{table}_p{week_of(week)}" in partition_names()
 
-    # Both days are past the horizon (45 days) once the second one has ended 45 days ago.
-    now = second + DAY_MS + config.retention_days * DAY_MS + 60_000
+    # Both weeks are past the horizon (45 days) once the second one has ended 45 days ago.
+    now = second + WEEK_MS + config.retention_days * DAY_MS + 60_000
     removed = retention.apply(config, now)
 
     names = partition_names()
-    assert not any(name.endswith(day_of(first)) for name in names)  # dropped, every table
-    assert f"recipient_p{day_of(second)}" in names  # holds queued mail: stays
+    assert not any(name.endswith(week_of(first)) for name in names)  # dropped, every table
+    assert f"recipient_p{week_of(second)}" in names  # holds queued mail: stays
     assert Recipient.get_or_none(Recipient.id == gone_rid) is None
     assert Transmission.get_or_none(Transmission.id == gone_tid) is None
     assert not TransmissionTag.select().where(TransmissionTag.transmission == gone_tid).exists()
@@ -277,18 +282,18 @@ def test_retention_drops_whole_days_but_never_one_holding_queued_mail(
     assert (removed.records, removed.events, removed.messages) == (2, 4, 2)
     assert removed.webhook_deliveries == 1
 
-    # Once it is final, its day goes whole.
+    # Once it is final, its week goes whole.
     Recipient.update(status="Delivery", next_attempt_at=None).where(
         Recipient.id == queued_rid
     ).execute()
     removed = retention.apply(config, now)
     assert removed.records == 1 and removed.events == 2 and removed.messages == 1
-    assert not any(name.endswith(day_of(second)) for name in partition_names())
+    assert not any(name.endswith(week_of(second)) for name in partition_names())
     assert Recipient.select().count() == Event.select().count() == 0
 
 
 @pytest.mark.parametrize("days", [10])
-def test_an_account_keeping_less_loses_its_rows_inside_a_kept_day(
+def test_an_account_keeping_less_loses_its_rows_inside_a_kept_week(
     empty_database,  # noqa: F811
     config,
     days,
@@ -297,7 +302,7 @@ def test_an_account_keeping_less_loses_its_rows_inside_a_kept_day(
     upgrade()
     short = Account.create(name="short", mode="live", retention_days=days)
     longer = Account.create(name="longer", mode="live")
-    made = now_ms() // DAY_MS * DAY_MS + 2 * DAY_MS + 1000
+    made = partitions.week_of(now_ms()) + WEEK_MS + 1000
     _, short_rid = store_mail(short.id, made, 1)
     _, long_rid = store_mail(longer.id, made, 2)
 
@@ -306,4 +311,4 @@ def test_an_account_keeping_less_loses_its_rows_inside_a_kept_day(
     assert removed.records == 1
     assert Recipient.get_or_none(Recipient.id == short_rid) is None
     assert Recipient.get_by_id(long_rid).status == "Delivery"
-    assert f"recipient_p{day_of(made)}" in partition_names()
+    assert f"recipient_p{week_of(made)}" in partition_names()
