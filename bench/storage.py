@@ -32,7 +32,11 @@ and retention all see the simulated date.
                             [--backend sqlite|postgresql|both]
                             [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
     python bench/storage.py --partitions [--history 10000000] [--small 10000]
-                            [--drop-rows 1000000] [--rounds 20]
+                            [--drop-rows 1000000] [--rounds 20] [--unpartitioned]
+    python bench/storage.py --migrate-rows 1000000
+
+4. ``--migrate-rows N``: the time migration 34 takes on a database holding N records (one
+   event each, one message per ten) at the schema before it; every row is still there after.
 """
 
 from __future__ import annotations
@@ -424,6 +428,42 @@ def run_partitions(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
+def run_migration(args: argparse.Namespace) -> dict[str, object]:
+    """How long migration 34 takes on a database holding --migrate-rows records (and their
+    events and messages, as ``fill`` writes them) spread over the last 44 days."""
+    from layang.db import open_database
+    from layang.migrations import MIGRATIONS, upgrade
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        throwaway("postgresql", args.admin_url, Path(tmp)) as url,
+    ):
+        open_database(url)
+        upgrade([m for m in MIGRATIONS if m.version < 34])
+        database.execute_sql(_ULID)
+        account = accounts.create_account("bench", live=True)
+        today = now_ms() // DAY_MS * DAY_MS
+        for begin in range(1, args.migrate_rows + 1, 1_000_000):
+            end = min(begin + 999_999, args.migrate_rows)
+            fill(account.id, begin, end, today - 44 * DAY_MS, today - 1000)
+        database.execute_sql("VACUUM ANALYZE")
+        counts = {t.name: _count(t.name) for t in partitions.TABLES}
+        started = time.monotonic()
+        assert upgrade() == [34]
+        seconds = time.monotonic() - started
+        assert {t.name: _count(t.name) for t in partitions.TABLES} == counts
+        database.close()
+    return {
+        "backend": "postgresql",
+        "records": args.migrate_rows,
+        "migrationSeconds": round(seconds, 1),
+    }
+
+
+def _count(table: str) -> int:
+    return database.execute_sql(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000)
@@ -442,9 +482,15 @@ def main() -> None:
     parser.add_argument(
         "--unpartitioned", action="store_true", help="with --partitions: the schema before them"
     )
+    parser.add_argument(
+        "--migrate-rows", type=int, default=0, help="time migration 34 on this many records"
+    )
     args = parser.parse_args()
     if args.partitions:
         print(json.dumps(run_partitions(args)), flush=True)
+        return
+    if args.migrate_rows:
+        print(json.dumps(run_migration(args)), flush=True)
         return
     time.time_ns = _shifted_time_ns
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
