@@ -410,7 +410,7 @@ def run_partitions(args: argparse.Namespace) -> dict[str, object]:
             held = end - 10_000_000
             print(f"  filled up to {held}: {time.monotonic() - started:.0f} s",
                   file=sys.stderr, flush=True)  # fmt: skip
-            if held in (1_000_000, 2_000_000, 5_000_000):  # on the way, in case it is cut short
+            if held // step in (1, 2, 5) and held % step < args.small + 1:  # on the way
                 database.execute_sql("ANALYZE")
                 print(f"  {held} in history: {query_times(account, args.rounds)}",
                       file=sys.stderr, flush=True)  # fmt: skip
