@@ -15,10 +15,28 @@ and retention all see the simulated date.
    the database on disk every ten days. With the defaults (45 days of records, 7 of content) it
    grows for 45 days, then stays flat.
 
+3. Partitions (PostgreSQL, ``--partitions``): the history tables are partitioned by week
+   (``layang.domain.partitions``). History is written with SQL (``generate_series``), not
+   through the API, as it would be after weeks of sending: one message per ten records, one
+   event per record, spread over the 44 days before today, all delivered, plus 1,000 records
+   queued now. Measured:
+   - dropping a week's partitions holding --drop-rows records (with their events and messages)
+     as retention does (``partitions.drop_before``) against removing another such week's row by
+     row, in retention's batches of 1,000 (what it did before, and still does on SQLite);
+   - the delivery queue's claim (50 records, then handed back), the Activity API's first page
+     (``records.list_activity``) and the overview's 24-hour figures (``overview.activity``),
+     median of --rounds runs, with --small records in history, then with --history.
+
     python bench/storage.py [--messages 1000] [--per-day 100] [--days 90] [--every 10]
                             [--retention-days 45] [--content-days 7]
                             [--backend sqlite|postgresql|both]
                             [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
+    python bench/storage.py --partitions [--history 10000000] [--small 10000]
+                            [--drop-rows 1000000] [--rounds 20] [--unpartitioned]
+    python bench/storage.py --migrate-rows 1000000
+
+4. ``--migrate-rows N``: the time migration 34 takes on a database holding N records (one
+   event each, one message per ten) at the schema before it; every row is still there after.
 """
 
 from __future__ import annotations
@@ -42,9 +60,9 @@ sys.path.insert(0, str(ROOT))
 
 from layang.clock import now_ms  # noqa: E402
 from layang.config import Config  # noqa: E402
-from layang.db import database, is_postgresql  # noqa: E402
+from layang.db import database, id_floor, is_postgresql  # noqa: E402
 from layang.delivery.worker import Worker  # noqa: E402
-from layang.domain import accounts, retention  # noqa: E402
+from layang.domain import accounts, overview, partitions, records, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
 from layang.serving.app import create_app  # noqa: E402
 
@@ -194,6 +212,7 @@ def run(backend: str, args: argparse.Namespace) -> dict[str, object]:
         sizes = []
         started = time.monotonic()
         for day in range(1, args.days + 1):
+            partitions.make_ahead()  # as the workers do
             sender.send(args.per_day)
             move_clock(1)
             retention.apply(config, now_ms())
@@ -218,6 +237,233 @@ def run(backend: str, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+# -- partitions ---------------------------------------------------------------------------------
+
+_ULID = """CREATE FUNCTION pg_temp.ulid(ms bigint, n bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+SELECT string_agg(substr('0123456789abcdefghjkmnpqrstvwxyz', ((ms >> (5 * (9 - k))) & 31)::int + 1,
+                         1), '' ORDER BY k) || lpad(n::text, 16, '0')
+FROM generate_series(0, 9) AS k $$"""
+
+
+def fill(
+    account_id: int, first: int, last: int, begin: int, end: int, queued: bool = False
+) -> None:
+    """Records ``first``..``last`` (numbers), made evenly from ``begin`` to ``end`` (epoch ms),
+    one message per ten and one event each, written by SQL in one statement per table."""
+    span = max(end - begin, 1)
+    count = last - first + 1
+    made = f"({begin} + (n - {first})::bigint * {span} / {count})"
+    state = "'Delay'" if queued else "'Delivery'"
+    due = made if queued else "NULL"
+    database.execute_sql(
+        'INSERT INTO "transmission" ("id", "account_id", "created_at", "source", "mail_from", '
+        '"from_header", "subject", "message_id", "metadata") '
+        f"SELECT pg_temp.ulid({made}, n), {account_id}, {made}, 'api', 'shop@sender.example', "
+        "'{\"email\": \"shop@sender.example\"}', 'Your receipt', '<' || n || '@bench>', '{}' "
+        f"FROM generate_series({first}, {last}) AS n WHERE n %% 10 = {first} %% 10"
+    )
+    database.execute_sql(
+        'INSERT INTO "recipient" ("id", "transmission_id", "account_id", "address", '
+        '"recipient_type", "status", "created_at", "updated_at", "attempts", "next_attempt_at", '
+        '"domain") '
+        f"SELECT pg_temp.ulid({made}, n), "
+        f"pg_temp.ulid({begin} + (m - {first})::bigint * {span} / {count}, m), {account_id}, "
+        f"'customer' || n || '@rcpt.example', 'to', {state}, {made}, {made} + 1000, 1, {due}, "
+        "'rcpt.example' "
+        f"FROM generate_series({first}, {last}) AS n, "
+        f"LATERAL (SELECT n - ((n - {first}) %% 10) AS m) AS message"
+    )
+    database.execute_sql(
+        'INSERT INTO "event" ("recipient_id", "status", "created_at", "detail") '
+        f"SELECT pg_temp.ulid({made}, n), {state}, {made} + 1000, '{{}}' "
+        f"FROM generate_series({first}, {last}) AS n"
+    )
+
+
+def median_ms(action, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        action()
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return round(times[len(times) // 2], 2)
+
+
+def query_times(account, rounds: int) -> dict[str, float]:
+    from layang.delivery.queue import RECIPIENTS, claim_due_recipients
+
+    def claim() -> list[str]:
+        return [r.id for r in claim_due_recipients("bench", 50, 60)]
+
+    def timed_claim() -> float:
+        started = time.perf_counter()
+        ids = claim()
+        elapsed = (time.perf_counter() - started) * 1000
+        assert len(ids) == 50
+        RECIPIENTS.release("bench", ids)  # handed back untimed, for the next round
+        return elapsed
+
+    timed_claim()  # warm the caches once
+    records.list_activity(account, limit=50)
+    claims = sorted(timed_claim() for _ in range(rounds))
+    return {
+        "claimMs": round(claims[len(claims) // 2], 2),
+        "activityMs": median_ms(lambda: records.list_activity(account, limit=50), rounds),
+        "overviewMs": median_ms(
+            lambda: overview.activity(account, overview.PERIODS["24h"]), rounds
+        ),
+    }
+
+
+def plans(account) -> dict[str, list[str]]:
+    """EXPLAIN of the claim and Activity statements: which indexes they read."""
+    from layang.delivery.queue import RECIPIENTS
+    from layang.queueing.leases import _claim_sql
+
+    now = now_ms()
+    claim = _claim_sql(RECIPIENTS, True).replace("?", "%s")
+    query = records._activity_query(account, None, None, None, None, None)
+    activity_sql, params = query.order_by(Recipient.id.desc()).limit(51).sql()
+    shown = {}
+    for name, sql, values in (
+        ("claim", claim, ("bench", now + 60_000, now, now, 50)),
+        ("activity", activity_sql, params),
+    ):
+        with database.atomic() as transaction:
+            rows = database.execute_sql(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}", values).fetchall()
+            transaction.rollback()
+        shown[name] = [row[0] for row in rows]
+    return shown
+
+
+def run_partitions(args: argparse.Namespace) -> dict[str, object]:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        throwaway("postgresql", args.admin_url, Path(tmp)) as url,
+    ):
+        from layang.db import open_database
+        from layang.migrations import MIGRATIONS, upgrade
+
+        open_database(url)
+        # --unpartitioned: the schema as it was before migration 34, for comparison.
+        upgrade([m for m in MIGRATIONS if m.version < 34] if args.unpartitioned else MIGRATIONS)
+        database.execute_sql(_ULID)
+        account = accounts.create_account("bench", live=True)
+        today = now_ms() // DAY_MS * DAY_MS
+        # As after weeks of sending: a partition per week, back to nine weeks ago.
+        for table in partitions.TABLES if not args.unpartitioned else ():
+            database.execute_sql(
+                f'ALTER TABLE "{table.name}" DETACH PARTITION "{table.name}_history"'
+            )
+            database.execute_sql(f'DROP TABLE "{table.name}_history"')
+        partitions.make_weeks(partitions.week_of(today - 63 * DAY_MS), partitions.week_of(today))
+        result: dict[str, object] = {"backend": "postgresql", "partitioned": not args.unpartitioned}
+
+        # A week dropped whole against a week removed row by row.
+        n = args.drop_rows
+        week = partitions.WEEK_MS
+        dropped_week = partitions.week_of(today - 63 * DAY_MS)
+        deleted_week = dropped_week + week
+        started = time.monotonic()
+        fill(account.id, 1, n, dropped_week + 1000, dropped_week + week - 1000)
+        fill(account.id, n + 1, 2 * n, deleted_week + 1000, deleted_week + week - 1000)
+        database.execute_sql("VACUUM ANALYZE")
+        print(f"  filled 2 weeks of {n} records in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+        started = time.perf_counter()
+        dropped = partitions.drop_before(dropped_week + week)
+        drop_seconds = time.perf_counter() - started
+        assert dropped.records == (0 if args.unpartitioned else n), dropped
+        started = time.perf_counter()
+        removed = retention._remove_records(
+            account, id_floor(deleted_week + week), retention._Budget(None)
+        )
+        delete_seconds = time.perf_counter() - started
+        # Unpartitioned, the first day is still there and goes with the second.
+        assert removed.records == (2 * n if args.unpartitioned else n), removed
+        result["dropPartition"] = {
+            "records": n,
+            "events": dropped.events,
+            "messages": dropped.messages,
+            "dropSeconds": round(drop_seconds, 3),
+            "rowByRowSeconds": round(delete_seconds, 1),
+        }
+        print(f"  {result['dropPartition']}", file=sys.stderr, flush=True)
+
+        # Query times with a small history, then a large one, over the same 44 days.
+        first, last = 10_000_001, 10_000_000 + args.small
+        history_begins, history_ends = today - 44 * DAY_MS, today - 1000
+        fill(account.id, first, last, history_begins, history_ends)
+        fill(account.id, 1, 1000, now_ms() - 60_000, now_ms() - 1000, queued=True)
+        database.execute_sql("VACUUM ANALYZE")
+        small = query_times(account, args.rounds)
+        small_plans = plans(account)
+        print(f"  {args.small} in history: {small}", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        step = 1_000_000
+        for begin in range(last + 1, 10_000_000 + args.history + 1, step):
+            end = min(begin + step - 1, 10_000_000 + args.history)
+            # Each million spread over the same 44 days, as steady sending would.
+            fill(account.id, begin, end, history_begins, history_ends)
+            held = end - 10_000_000
+            print(f"  filled up to {held}: {time.monotonic() - started:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if held // step in (1, 2, 5) and held % step < args.small + 1:  # on the way
+                database.execute_sql("ANALYZE")
+                print(f"  {held} in history: {query_times(account, args.rounds)}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        database.execute_sql("VACUUM ANALYZE")
+        large = query_times(account, args.rounds)
+        print(f"  {args.history} in history: {large}", file=sys.stderr, flush=True)
+        result["queries"] = {
+            "small": {"records": args.small, **small},
+            "large": {"records": args.history, **large},
+            "ratio": {k: round(large[k] / small[k], 2) for k in small},
+            "fillSeconds": round(time.monotonic() - started),
+        }
+        result["plans"] = {"small": small_plans, "large": plans(account)}
+        database.close()
+    return result
+
+
+def run_migration(args: argparse.Namespace) -> dict[str, object]:
+    """How long migration 34 takes on a database holding --migrate-rows records (and their
+    events and messages, as ``fill`` writes them) spread over the last 44 days."""
+    from layang.db import open_database
+    from layang.migrations import MIGRATIONS, upgrade
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        throwaway("postgresql", args.admin_url, Path(tmp)) as url,
+    ):
+        open_database(url)
+        upgrade([m for m in MIGRATIONS if m.version < 34])
+        database.execute_sql(_ULID)
+        account = accounts.create_account("bench", live=True)
+        today = now_ms() // DAY_MS * DAY_MS
+        for begin in range(1, args.migrate_rows + 1, 1_000_000):
+            end = min(begin + 999_999, args.migrate_rows)
+            fill(account.id, begin, end, today - 44 * DAY_MS, today - 1000)
+        database.execute_sql("VACUUM ANALYZE")
+        counts = {t.name: _count(t.name) for t in partitions.TABLES}
+        started = time.monotonic()
+        assert upgrade() == [34]
+        seconds = time.monotonic() - started
+        assert {t.name: _count(t.name) for t in partitions.TABLES} == counts
+        database.close()
+    return {
+        "backend": "postgresql",
+        "records": args.migrate_rows,
+        "migrationSeconds": round(seconds, 1),
+    }
+
+
+def _count(table: str) -> int:
+    return database.execute_sql(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000)
@@ -228,7 +474,24 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10, help="report the size every N days")
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--partitions", action="store_true", help="measure partitions (see 3.)")
+    parser.add_argument("--history", type=int, default=10_000_000)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--drop-rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--unpartitioned", action="store_true", help="with --partitions: the schema before them"
+    )
+    parser.add_argument(
+        "--migrate-rows", type=int, default=0, help="time migration 34 on this many records"
+    )
     args = parser.parse_args()
+    if args.partitions:
+        print(json.dumps(run_partitions(args)), flush=True)
+        return
+    if args.migrate_rows:
+        print(json.dumps(run_migration(args)), flush=True)
+        return
     time.time_ns = _shifted_time_ns
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     for backend in backends:

@@ -1,4 +1,4 @@
--- Layang's database schema after migration 33, as a fresh database has it.
+-- Layang's database schema after migration 34, as a fresh database has it.
 --
 -- Generated: do not edit. The migrations in layang/migrations/ are the source; after adding one,
 -- regenerate this file with
@@ -19,6 +19,10 @@
 --       tag of the mail, in "activity_tag_count", joining "transmission_tag" (migration 32).
 --   webhook_event_notify, webhook_delivery_notify (PostgreSQL only)  wake idle webhook
 --       dispatchers (NOTIFY layang_webhooks) when webhook work is stored (migration 20).
+-- Partitioned by week on PostgreSQL (migration 34; each "PARTITION BY" below): transmission,
+--   transmission_tag, payload_chunk, recipient, event, webhook_delivery, webhook_attempt,
+--   webhook_event. Their partitions (<table>_history, <table>_pYYYYMMDD, <table>_default) are
+--   made and dropped by layang/domain/partitions.py and not listed here.
 -- The circuit breaker's counters ("breaker_count") are not kept by a trigger: layang/mail/
 -- reputation.py adds to them in the same transaction as the events they count.
 
@@ -306,11 +310,10 @@ CREATE TABLE "event" (
     "status" character varying(16) NOT NULL,
     "created_at" bigint NOT NULL,
     "detail" text NOT NULL,
-    CONSTRAINT "event_pkey" PRIMARY KEY (id),
-    CONSTRAINT "event_recipient_id_fkey" FOREIGN KEY (recipient_id) REFERENCES recipient(id) ON DELETE CASCADE
-);
+    CONSTRAINT "event_pkey" PRIMARY KEY (id, recipient_id)
+) PARTITION BY RANGE (recipient_id);
 CREATE SEQUENCE "event_id_seq" AS integer OWNED BY "event"."id";
-CREATE INDEX event_recipient_id ON public.event USING btree (recipient_id);
+CREATE INDEX event_recipient_id ON ONLY public.event USING btree (recipient_id);
 CREATE TRIGGER activity_count_event AFTER INSERT ON public.event REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_count_event();
 CREATE TRIGGER activity_tag_count_event AFTER INSERT ON public.event REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_tag_count_event();
 
@@ -471,9 +474,8 @@ CREATE TABLE "payload_chunk" (
     "transmission_id" character varying(26) NOT NULL,
     "seq" integer NOT NULL,
     "text" text NOT NULL,
-    CONSTRAINT "payload_chunk_pkey" PRIMARY KEY (transmission_id, seq),
-    CONSTRAINT "payload_chunk_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
-);
+    CONSTRAINT "payload_chunk_pkey" PRIMARY KEY (transmission_id, seq)
+) PARTITION BY RANGE (transmission_id);
 
 CREATE TABLE "rate_window" (
     "id" integer DEFAULT nextval('rate_window_id_seq'::regclass) NOT NULL,
@@ -508,17 +510,16 @@ CREATE TABLE "recipient" (
     "metadata" text,
     "scheduled_at" bigint,
     CONSTRAINT "recipient_pkey" PRIMARY KEY (id),
-    CONSTRAINT "recipient_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
-    CONSTRAINT "recipient_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
-);
-CREATE INDEX recipient_account_id_id ON public.recipient USING btree (account_id, id);
-CREATE INDEX recipient_account_id_status_id ON public.recipient USING btree (account_id, status, id);
-CREATE INDEX recipient_domain_next_attempt_at ON public.recipient USING btree (domain, next_attempt_at);
-CREATE INDEX recipient_next_attempt_at ON public.recipient USING btree (next_attempt_at);
-CREATE INDEX recipient_priority_next_attempt_at ON public.recipient USING btree (priority, next_attempt_at);
-CREATE INDEX recipient_scheduled_at ON public.recipient USING btree (scheduled_at);
-CREATE INDEX recipient_transmission_id ON public.recipient USING btree (transmission_id);
-CREATE INDEX recipient_waiting_on ON public.recipient USING btree (waiting_on);
+    CONSTRAINT "recipient_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+) PARTITION BY RANGE (id);
+CREATE INDEX recipient_account_id_id ON ONLY public.recipient USING btree (account_id, id);
+CREATE INDEX recipient_account_id_status_id ON ONLY public.recipient USING btree (account_id, status, id);
+CREATE INDEX recipient_domain_next_attempt_at ON ONLY public.recipient USING btree (domain, next_attempt_at);
+CREATE INDEX recipient_next_attempt_at ON ONLY public.recipient USING btree (next_attempt_at);
+CREATE INDEX recipient_priority_next_attempt_at ON ONLY public.recipient USING btree (priority, next_attempt_at);
+CREATE INDEX recipient_scheduled_at ON ONLY public.recipient USING btree (scheduled_at);
+CREATE INDEX recipient_transmission_id ON ONLY public.recipient USING btree (transmission_id);
+CREATE INDEX recipient_waiting_on ON ONLY public.recipient USING btree (waiting_on);
 CREATE TRIGGER activity_count_sent AFTER INSERT ON public.recipient REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_count_sent();
 CREATE TRIGGER activity_tag_count_sent AFTER INSERT ON public.recipient REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION activity_tag_count_sent();
 
@@ -701,20 +702,19 @@ CREATE TABLE "transmission" (
     "scheduled_at" bigint,
     CONSTRAINT "transmission_pkey" PRIMARY KEY (id),
     CONSTRAINT "transmission_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
-);
-CREATE INDEX transmission_account_id ON public.transmission USING btree (account_id);
-CREATE INDEX transmission_content_kept ON public.transmission USING btree (account_id, id) WHERE (content_expired_at IS NULL);
+) PARTITION BY RANGE (id);
+CREATE INDEX transmission_account_id ON ONLY public.transmission USING btree (account_id);
+CREATE INDEX transmission_content_kept ON ONLY public.transmission USING btree (account_id, id) WHERE (content_expired_at IS NULL);
 
 CREATE TABLE "transmission_tag" (
     "transmission_id" character varying(26) NOT NULL,
     "account_id" integer NOT NULL,
     "tag" character varying(64) NOT NULL,
     CONSTRAINT "transmission_tag_pkey" PRIMARY KEY (transmission_id, tag),
-    CONSTRAINT "transmission_tag_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE,
-    CONSTRAINT "transmission_tag_transmission_id_fkey" FOREIGN KEY (transmission_id) REFERENCES transmission(id) ON DELETE CASCADE
-);
-CREATE INDEX transmission_tag_account_id_tag_transmission_id ON public.transmission_tag USING btree (account_id, tag, transmission_id);
-CREATE INDEX transmission_tag_transmission_id ON public.transmission_tag USING btree (transmission_id);
+    CONSTRAINT "transmission_tag_account_id_fkey" FOREIGN KEY (account_id) REFERENCES account(id) ON DELETE CASCADE
+) PARTITION BY RANGE (transmission_id);
+CREATE INDEX transmission_tag_account_id_tag_transmission_id ON ONLY public.transmission_tag USING btree (account_id, tag, transmission_id);
+CREATE INDEX transmission_tag_transmission_id ON ONLY public.transmission_tag USING btree (transmission_id);
 
 CREATE TABLE "user_session" (
     "id" character varying(64) NOT NULL,
@@ -759,12 +759,11 @@ CREATE TABLE "webhook_attempt" (
     "response_status" integer,
     "error" text,
     "next_attempt_at" bigint,
-    CONSTRAINT "webhook_attempt_pkey" PRIMARY KEY (id),
-    CONSTRAINT "webhook_attempt_delivery_id_fkey" FOREIGN KEY (delivery_id) REFERENCES webhook_delivery(id) ON DELETE CASCADE,
+    CONSTRAINT "webhook_attempt_pkey" PRIMARY KEY (id, delivery_id),
     CONSTRAINT "webhook_attempt_endpoint_id_fkey" FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(id) ON DELETE CASCADE
-);
-CREATE INDEX webhook_attempt_delivery_id ON public.webhook_attempt USING btree (delivery_id);
-CREATE INDEX webhook_attempt_endpoint_id_id ON public.webhook_attempt USING btree (endpoint_id, id);
+) PARTITION BY RANGE (delivery_id);
+CREATE INDEX webhook_attempt_delivery_id ON ONLY public.webhook_attempt USING btree (delivery_id);
+CREATE INDEX webhook_attempt_endpoint_id_id ON ONLY public.webhook_attempt USING btree (endpoint_id, id);
 
 CREATE TABLE "webhook_delivery" (
     "id" character varying(26) NOT NULL,
@@ -779,10 +778,10 @@ CREATE TABLE "webhook_delivery" (
     "lease_expires_at" bigint,
     CONSTRAINT "webhook_delivery_pkey" PRIMARY KEY (id),
     CONSTRAINT "webhook_delivery_endpoint_id_fkey" FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(id) ON DELETE CASCADE
-);
-CREATE INDEX webhook_delivery_endpoint_id ON public.webhook_delivery USING btree (endpoint_id);
-CREATE INDEX webhook_delivery_next_attempt_at ON public.webhook_delivery USING btree (next_attempt_at);
-CREATE INDEX webhook_delivery_pending_endpoint_id ON public.webhook_delivery USING btree (endpoint_id, id) WHERE ((status)::text = 'pending'::text);
+) PARTITION BY RANGE (id);
+CREATE INDEX webhook_delivery_endpoint_id ON ONLY public.webhook_delivery USING btree (endpoint_id);
+CREATE INDEX webhook_delivery_next_attempt_at ON ONLY public.webhook_delivery USING btree (next_attempt_at);
+CREATE INDEX webhook_delivery_pending_endpoint_id ON ONLY public.webhook_delivery USING btree (endpoint_id, id) WHERE ((status)::text = 'pending'::text);
 CREATE TRIGGER webhook_delivery_notify AFTER INSERT ON public.webhook_delivery REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook_notify();
 
 CREATE TABLE "webhook_endpoint" (
@@ -814,12 +813,12 @@ CREATE TABLE "webhook_event" (
     "created_at" bigint NOT NULL,
     "detail" text NOT NULL,
     "delivery_id" character varying(26),
-    CONSTRAINT "webhook_event_pkey" PRIMARY KEY (id),
+    CONSTRAINT "webhook_event_pkey" PRIMARY KEY (id, created_at),
     CONSTRAINT "webhook_event_endpoint_id_fkey" FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoint(id) ON DELETE CASCADE
-);
+) PARTITION BY RANGE (created_at);
 CREATE SEQUENCE "webhook_event_id_seq" AS integer OWNED BY "webhook_event"."id";
-CREATE INDEX webhook_event_delivery_id_id ON public.webhook_event USING btree (delivery_id, id);
-CREATE INDEX webhook_event_endpoint_id_recipient_id ON public.webhook_event USING btree (endpoint_id, recipient_id);
+CREATE INDEX webhook_event_delivery_id_id ON ONLY public.webhook_event USING btree (delivery_id, id);
+CREATE INDEX webhook_event_endpoint_id_recipient_id ON ONLY public.webhook_event USING btree (endpoint_id, recipient_id);
 CREATE TRIGGER webhook_event_notify AFTER INSERT ON public.webhook_event REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook_notify();
 
 -- =================================================================================================

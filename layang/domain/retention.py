@@ -10,6 +10,15 @@ removed, whatever its age, and neither is a message with a recipient still queue
 Every kind is removed ``BATCH`` rows per write transaction, so a run never holds the database
 for long however much has piled up; the worker runs :func:`apply` every few minutes with a time
 budget, ``layang retention run`` until nothing is left.
+
+On PostgreSQL the history tables are partitioned by week (``layang.domain.partitions``): a run
+first drops the weeks past the longest retention any account has (the service's or an
+account's own), whole, never row by row. What an account keeps for less time still goes row by
+row from the partitions that stay; so does a week that still holds queued mail (its other rows
+go, the queued ones stay, and the week is dropped once they are final) and whatever sits in a
+default partition. For the accounts that keep the longest, rows go row by row only from whole
+weeks past the horizon (which a drop normally took first): the week the horizon falls in waits
+for its drop, so their records live up to a week longer than ``retention_days``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import peewee
 from layang.clock import now_ms
 from layang.config import MAX_RETENTION_DAYS, Config
 from layang.db import id_floor, write_transaction
-from layang.domain import audit
+from layang.domain import audit, partitions
 from layang.domain.errors import InvalidInput
 from layang.models import (
     WEBHOOK_PENDING,
@@ -34,6 +43,7 @@ from layang.models import (
     PayloadChunk,
     Recipient,
     Transmission,
+    TransmissionTag,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
@@ -124,13 +134,26 @@ def apply(
         # Runs cut short by the budget start each time elsewhere, so that one account's backlog
         # never holds back the others'.
         random.shuffle(accounts)
-    for account in accounts:
+    policies = [(account, policy_of(account, config)) for account in accounts]
+    # Content first, as on SQLite: a message whose content expired before its week was dropped
+    # counts under both.
+    for account, policy in policies:
         if not budget.left():
             break
-        policy = policy_of(account, config)
         removed.contents += _expire_content(account, policy, now, budget)
-        removed.add(_remove_records(account, policy, now, budget))
-        removed.webhook_deliveries += _remove_webhook_history(account, policy, now, budget)
+    horizon = _drop_horizon(config, accounts, now)
+    if horizon is not None:
+        dropped = partitions.drop_before(horizon)
+        removed.records += dropped.records
+        removed.events += dropped.events
+        removed.messages += dropped.messages
+        removed.webhook_deliveries += dropped.webhook_deliveries
+    for account, policy in policies:
+        if not budget.left():
+            break
+        floor = _floor(policy, now, horizon)
+        removed.add(_remove_records(account, floor, budget))
+        removed.webhook_deliveries += _remove_webhook_history(account, floor, budget)
     if any(removed.as_json().values()):
         log.info("retention removed %s", " ".join(f"{k}={v}" for k, v in removed.as_json().items()))
     return removed
@@ -140,10 +163,12 @@ def show(config: Config, now: int | None = None) -> Removed:
     """What :func:`apply` would remove at ``now`` (epoch ms), counted without removing it."""
     now = now_ms() if now is None else now
     shown = Removed()
-    for account in _accounts():
+    accounts = list(_accounts())
+    horizon = _drop_horizon(config, accounts, now)
+    for account in accounts:
         policy = policy_of(account, config)
         shown.contents += _content_due(account, policy, now).count()
-        floor = id_floor(now - policy.retention_days * DAY_MS)
+        floor = _floor(policy, now, horizon)
         old = _old_records(account, floor)
         shown.records += old.count()
         shown.events += Event.select().where(Event.recipient.in_(old.select(Recipient.id))).count()
@@ -164,6 +189,25 @@ def show(config: Config, now: int | None = None) -> Removed:
         if endpoints:
             shown.webhook_deliveries += _old_deliveries(endpoints, floor).count()
     return shown
+
+
+def _drop_horizon(config: Config, accounts: list[Account], now: int) -> int | None:
+    """Where whole weeks of history may be dropped (epoch ms): the longest retention of any
+    account ago. None where the tables are not partitioned (SQLite)."""
+    if not partitions.partitioned():
+        return None
+    longest = max((policy_of(a, config).retention_days for a in accounts), default=0)
+    return now - max(longest, config.retention_days) * DAY_MS
+
+
+def _floor(policy: Policy, now: int, horizon: int | None) -> str:
+    """The id below which the account's records and webhook deliveries go row by row: its own
+    retention ago; for the accounts that keep the longest, the start of the week the drop
+    horizon falls in (that week and the later ones go only by dropping partitions)."""
+    cutoff = now - policy.retention_days * DAY_MS
+    if horizon is not None and cutoff <= horizon:
+        cutoff = partitions.week_of(horizon)
+    return id_floor(cutoff)
 
 
 def _accounts() -> Iterator[Account]:
@@ -223,9 +267,8 @@ def _old_records(account: Account, floor: str) -> peewee.ModelSelect:
     )
 
 
-def _remove_records(account: Account, policy: Policy, now: int, budget: _Budget) -> Removed:
+def _remove_records(account: Account, floor: str, budget: _Budget) -> Removed:
     removed = Removed()
-    floor = id_floor(now - policy.retention_days * DAY_MS)
     while budget.left():
         with write_transaction(durable=False):
             rows = list(_old_records(account, floor).order_by(Recipient.id).limit(BATCH))
@@ -253,6 +296,9 @@ def remove_records(record_ids: list[str], transmission_ids: set[str]) -> Removed
     }
     orphans = sorted(transmission_ids - still)
     if orphans:
+        # Deleted here, not by a foreign key: on PostgreSQL these tables are partitioned and
+        # have none between them (migration 34).
+        TransmissionTag.delete().where(TransmissionTag.transmission.in_(orphans)).execute()
         PayloadChunk.delete().where(PayloadChunk.transmission.in_(orphans)).execute()
         removed.messages = Transmission.delete().where(Transmission.id.in_(orphans)).execute()
     return removed
@@ -276,11 +322,10 @@ def _old_deliveries(endpoints: list[str], floor: str) -> peewee.ModelSelect:
     )
 
 
-def _remove_webhook_history(account: Account, policy: Policy, now: int, budget: _Budget) -> int:
+def _remove_webhook_history(account: Account, floor: str, budget: _Budget) -> int:
     endpoints = _endpoint_ids(account)
     if not endpoints:
         return 0
-    floor = id_floor(now - policy.retention_days * DAY_MS)
     removed = 0
     while budget.left():
         with write_transaction(durable=False):

@@ -55,6 +55,10 @@ HEADER = f"""\
 --       tag of the mail, in "activity_tag_count", joining "transmission_tag" (migration 32).
 --   webhook_event_notify, webhook_delivery_notify (PostgreSQL only)  wake idle webhook
 --       dispatchers (NOTIFY layang_webhooks) when webhook work is stored (migration 20).
+-- Partitioned by week on PostgreSQL (migration 34; each "PARTITION BY" below): transmission,
+--   transmission_tag, payload_chunk, recipient, event, webhook_delivery, webhook_attempt,
+--   webhook_event. Their partitions (<table>_history, <table>_pYYYYMMDD, <table>_default) are
+--   made and dropped by layang/domain/partitions.py and not listed here.
 -- The circuit breaker's counters ("breaker_count") are not kept by a trigger: layang/mail/
 -- reputation.py adds to them in the same transaction as the events they count.
 """
@@ -147,9 +151,13 @@ _PG_FUNCTIONS = """
       AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
                       AND d.objid = p.oid AND d.deptype = 'e')
     ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)"""
+# Partitioned tables are shown once, with their partition key; their partitions (made by day,
+# named by date) are not: they are data, not schema.
 _PG_TABLES = """
-    SELECT c.oid, c.relname FROM pg_class c
-    WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+    SELECT c.oid, c.relname, CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END
+    FROM pg_class c
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+      AND NOT c.relispartition
     ORDER BY c.relname"""
 _PG_COLUMNS = """
     SELECT a.attname, format_type(a.atttypid, a.atttypmod), pg_get_expr(d.adbin, d.adrelid),
@@ -187,14 +195,14 @@ def describe_postgresql(url: str) -> str:
             # Names in the one schema need no qualifying, whatever the URL's user chose.
             cursor.execute("SELECT set_config('search_path', current_schema(), false)")
             blocks = [_plain(definition) + ";\n" for _, definition in _rows(cursor, _PG_FUNCTIONS)]
-            for oid, table in _rows(cursor, _PG_TABLES):
-                blocks.append(_pg_table(cursor, oid, table))
+            for oid, table, partition_key in _rows(cursor, _PG_TABLES):
+                blocks.append(_pg_table(cursor, oid, table, partition_key))
     finally:
         conn.close()
     return "\n".join(blocks)
 
 
-def _pg_table(cursor: Any, oid: int, table: str) -> str:
+def _pg_table(cursor: Any, oid: int, table: str, partition_key: str | None) -> str:
     lines = [
         f"    {_quoted(name)} {kind}"
         + (f" DEFAULT {default}" if default is not None else "")
@@ -205,7 +213,8 @@ def _pg_table(cursor: Any, oid: int, table: str) -> str:
         f"    CONSTRAINT {_quoted(name)} {definition}"
         for name, definition in _rows(cursor, _PG_CONSTRAINTS, oid)
     ]
-    text = f"CREATE TABLE {_quoted(table)} (\n" + ",\n".join(lines) + "\n);\n"
+    text = f"CREATE TABLE {_quoted(table)} (\n" + ",\n".join(lines) + "\n)"
+    text += f" PARTITION BY {partition_key};\n" if partition_key else ";\n"
     for sequence, kind, column in _rows(cursor, _PG_SEQUENCES, oid):
         text += f"CREATE SEQUENCE {_quoted(sequence)} AS {kind} "
         text += f"OWNED BY {_quoted(table)}.{_quoted(column)};\n"

@@ -168,13 +168,14 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
 
         serve_process_metrics(metrics_listener)
     from layang.destinations import tlsrpt
-    from layang.domain import housekeeping, inbound_mail, retention
+    from layang.domain import housekeeping, inbound_mail, partitions, retention
 
     # Yesterday's TLS-RPT reports go out once, from whichever worker gets there first.
     return Worker(
         config,
         chores=[
             housekeeping.delete_expired,
+            partitions.make_ahead,
             lambda: retention.apply(config, budget_seconds=retention.WORKER_BUDGET_SECONDS),
             lambda: tlsrpt.due_reports(config),
             lambda: inbound_mail.delete_old(config),
