@@ -24,18 +24,16 @@ import smtplib
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from email.message import EmailMessage
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.support.http_counter import counted, serve_counter, start_counter  # noqa: E402
 from bench.support.machine import free_port, wait_port  # noqa: E402
 from bench.support.postfix import SBIN, PrivatePostfix, ensure_postfix, postfix_version  # noqa: E402
 
@@ -43,41 +41,10 @@ DOMAIN = "in.bench.localhost"
 API_KEY_NAME = "bench"
 
 
-def serve_endpoint(port: int) -> None:
-    """The route's endpoint: POST answers 204 and counts, GET answers the count."""
-    count = [0]
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            assert json.loads(body)["type"] == "layang.inbound"
-            with lock:
-                count[0] += 1
-            self.send_response(204)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def do_GET(self) -> None:
-            reply = str(count[0]).encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    print("ready", flush=True)
-    server.serve_forever()
-
-
-def posted(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
-        return int(answer.read())
+def one_message(body: bytes) -> int:
+    """What the route's endpoint counts of a POST: the one message it carries."""
+    assert json.loads(body)["type"] == "layang.inbound"
+    return 1
 
 
 def messages(count: int) -> list[bytes]:
@@ -154,12 +121,7 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
         account, f"*@{domain}", "webhook", f"http://127.0.0.1:{endpoint_port}/", None, config
     )
     data = [item.replace(DOMAIN.encode(), domain.encode()) for item in data]
-    endpoint = subprocess.Popen(
-        [sys.executable, __file__, "--serve-endpoint", str(endpoint_port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert endpoint.stdout is not None and endpoint.stdout.readline().strip() == "ready"
+    endpoint = start_counter(__file__, "--serve-endpoint", endpoint_port)
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": ROOT}
     inbound = subprocess.Popen([sys.executable, "-m", "layang", "inbound"], **quiet)
     worker = subprocess.Popen([sys.executable, "-m", "layang", "worker"], **quiet)
@@ -167,7 +129,7 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
         wait_port(inbound_port, 60)
         started = time.monotonic()
         accepted = send_all(inbound_port, data, args.connections)
-        while posted(endpoint_port) < len(data):
+        while counted(endpoint_port) < len(data):
             if time.monotonic() - started > 600:
                 raise SystemExit("the endpoint did not get every message in 10 minutes")
             time.sleep(0.05)
@@ -265,7 +227,7 @@ def main() -> None:
     parser.add_argument("--serve-endpoint", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_endpoint is not None:
-        serve_endpoint(args.serve_endpoint)
+        serve_counter(args.serve_endpoint, one_message)
         return
     if not Path(f"{SBIN}/postfix").exists():
         ensure_postfix()
