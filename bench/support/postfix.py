@@ -105,9 +105,7 @@ class PrivatePostfix:
             if path == Path("/"):
                 break
             path.chmod(path.stat().st_mode | 0o755)
-        (self.etc / "main.cf").write_text(
-            MAIN_CF.format(base=self.base, relay_port=self.relay_port) + self.concurrency()
-        )
+        (self.etc / "main.cf").write_text(self.main_cf())
         master = Path("/etc/postfix/master.cf").read_text()
         # Submission on a free loopback port instead of port 25; no chroot (nothing is copied in).
         master = re.sub(
@@ -120,6 +118,10 @@ class PrivatePostfix:
         self.run("postfix", "start")
         self.running = True
         wait_port(self.smtpd_port)
+
+    def main_cf(self) -> str:
+        """The instance's main.cf: relay everything to ``relay_port``, held until released."""
+        return MAIN_CF.format(base=self.base, relay_port=self.relay_port) + self.concurrency()
 
     def concurrency(self) -> str:
         """main.cf lines for ``sessions``: at most that many sessions to the relayhost (every
