@@ -35,7 +35,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench.support.http_counter import counted, serve_counter, start_counter  # noqa: E402
 from bench.support.machine import free_port, wait_port  # noqa: E402
-from bench.support.postfix import SBIN, PrivatePostfix, ensure_postfix, postfix_version  # noqa: E402
+from bench.support.postfix import (  # noqa: E402
+    INSTANCE_CF,
+    SBIN,
+    PrivatePostfix,
+    ensure_postfix,
+    postfix_version,
+)
 
 DOMAIN = "in.bench.localhost"
 API_KEY_NAME = "bench"
@@ -143,22 +149,6 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
 
 
 MAILDIR_CF = """\
-compatibility_level = 3.6
-queue_directory = {base}/spool
-data_directory = {base}/data
-maillog_file = {base}/maillog
-maillog_file_prefixes = {base}
-myhostname = postfix.bench.local
-mydestination =
-local_recipient_maps =
-alias_maps =
-alias_database =
-inet_interfaces = 127.0.0.1
-inet_protocols = ipv4
-mynetworks = 127.0.0.0/8
-smtpd_peername_lookup = no
-smtputf8_enable = no
-biff = no
 virtual_mailbox_domains = {domain}
 virtual_mailbox_base = {base}/mail
 virtual_mailbox_maps = static:maildir/
@@ -180,7 +170,9 @@ class MaildirPostfix(PrivatePostfix):
 
     def main_cf(self) -> str:
         mail = os.stat(self.base / "mail")
-        return MAILDIR_CF.format(base=self.base, domain=DOMAIN, uid=mail.st_uid, gid=mail.st_gid)
+        return INSTANCE_CF.format(base=self.base) + MAILDIR_CF.format(
+            base=self.base, domain=DOMAIN, uid=mail.st_uid, gid=mail.st_gid
+        )
 
     def delivered(self) -> int:
         new = self.base / "mail" / "maildir" / "new"
