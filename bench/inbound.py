@@ -24,60 +24,33 @@ import smtplib
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from email.message import EmailMessage
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.support.http_counter import counted, serve_counter, start_counter  # noqa: E402
 from bench.support.machine import free_port, wait_port  # noqa: E402
-from bench.support.postfix import SBIN, PrivatePostfix, ensure_postfix, postfix_version  # noqa: E402
+from bench.support.postfix import (  # noqa: E402
+    INSTANCE_CF,
+    SBIN,
+    PrivatePostfix,
+    ensure_postfix,
+    postfix_version,
+)
 
 DOMAIN = "in.bench.localhost"
 API_KEY_NAME = "bench"
 
 
-def serve_endpoint(port: int) -> None:
-    """The route's endpoint: POST answers 204 and counts, GET answers the count."""
-    count = [0]
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            assert json.loads(body)["type"] == "layang.inbound"
-            with lock:
-                count[0] += 1
-            self.send_response(204)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def do_GET(self) -> None:
-            reply = str(count[0]).encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    print("ready", flush=True)
-    server.serve_forever()
-
-
-def posted(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
-        return int(answer.read())
+def one_message(body: bytes) -> int:
+    """What the route's endpoint counts of a POST: the one message it carries."""
+    assert json.loads(body)["type"] == "layang.inbound"
+    return 1
 
 
 def messages(count: int) -> list[bytes]:
@@ -154,12 +127,7 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
         account, f"*@{domain}", "webhook", f"http://127.0.0.1:{endpoint_port}/", None, config
     )
     data = [item.replace(DOMAIN.encode(), domain.encode()) for item in data]
-    endpoint = subprocess.Popen(
-        [sys.executable, __file__, "--serve-endpoint", str(endpoint_port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert endpoint.stdout is not None and endpoint.stdout.readline().strip() == "ready"
+    endpoint = start_counter(__file__, "--serve-endpoint", endpoint_port)
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": ROOT}
     inbound = subprocess.Popen([sys.executable, "-m", "layang", "inbound"], **quiet)
     worker = subprocess.Popen([sys.executable, "-m", "layang", "worker"], **quiet)
@@ -167,7 +135,7 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
         wait_port(inbound_port, 60)
         started = time.monotonic()
         accepted = send_all(inbound_port, data, args.connections)
-        while posted(endpoint_port) < len(data):
+        while counted(endpoint_port) < len(data):
             if time.monotonic() - started > 600:
                 raise SystemExit("the endpoint did not get every message in 10 minutes")
             time.sleep(0.05)
@@ -181,22 +149,6 @@ def layang_run(args: argparse.Namespace, data: list[bytes], tmp: Path) -> dict[s
 
 
 MAILDIR_CF = """\
-compatibility_level = 3.6
-queue_directory = {base}/spool
-data_directory = {base}/data
-maillog_file = {base}/maillog
-maillog_file_prefixes = {base}
-myhostname = postfix.bench.local
-mydestination =
-local_recipient_maps =
-alias_maps =
-alias_database =
-inet_interfaces = 127.0.0.1
-inet_protocols = ipv4
-mynetworks = 127.0.0.0/8
-smtpd_peername_lookup = no
-smtputf8_enable = no
-biff = no
 virtual_mailbox_domains = {domain}
 virtual_mailbox_base = {base}/mail
 virtual_mailbox_maps = static:maildir/
@@ -211,30 +163,16 @@ class MaildirPostfix(PrivatePostfix):
 
     def start(self) -> None:
         ensure_postfix()
-        for path in (self.etc, self.spool, self.base / "data", self.base / "mail"):
-            path.mkdir(parents=True)
-        shutil.chown(self.base / "data", "postfix")
+        # Owned by the postfix user, whose ids main.cf names for virtual delivery.
+        (self.base / "mail").mkdir(parents=True)
         shutil.chown(self.base / "mail", "postfix", "postfix")
-        for path in (self.base, *self.base.parents):
-            if path == Path("/"):
-                break
-            path.chmod(path.stat().st_mode | 0o755)
+        super().start()
+
+    def main_cf(self) -> str:
         mail = os.stat(self.base / "mail")
-        uid, gid = mail.st_uid, mail.st_gid
-        (self.etc / "main.cf").write_text(
-            MAILDIR_CF.format(base=self.base, domain=DOMAIN, uid=uid, gid=gid)
+        return INSTANCE_CF.format(base=self.base) + MAILDIR_CF.format(
+            base=self.base, domain=DOMAIN, uid=mail.st_uid, gid=mail.st_gid
         )
-        master = Path("/etc/postfix/master.cf").read_text()
-        master = re.sub(
-            r"(?m)^smtp\s+inet\s.*$",
-            f"127.0.0.1:{self.smtpd_port} inet n - n - - smtpd",
-            master,
-        )
-        (self.etc / "master.cf").write_text(master)
-        self.run("postconf", "-F", "*/*/chroot = n")
-        self.run("postfix", "start")
-        self.running = True
-        wait_port(self.smtpd_port)
 
     def delivered(self) -> int:
         new = self.base / "mail" / "maildir" / "new"
@@ -265,7 +203,7 @@ def main() -> None:
     parser.add_argument("--serve-endpoint", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_endpoint is not None:
-        serve_endpoint(args.serve_endpoint)
+        serve_counter(args.serve_endpoint, one_message)
         return
     if not Path(f"{SBIN}/postfix").exists():
         ensure_postfix()

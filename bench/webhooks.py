@@ -24,10 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.support.http_counter import counted, serve_counter, start_counter  # noqa: E402
 from bench.support.machine import free_port  # noqa: E402
 from bench.support.queue import delivered_so_far, message, reset  # noqa: E402
 from bench.support.sinks import start_any_sink  # noqa: E402
@@ -49,40 +47,9 @@ from layang.migrations import upgrade  # noqa: E402
 TABLES_TOO = ("webhook_attempt", "webhook_delivery", "webhook_event", "webhook_endpoint")
 
 
-def serve_receiver(port: int) -> None:
-    """A webhook receiver counting events: POST answers 204, GET answers the count."""
-    count = [0]
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            with lock:
-                count[0] += len(json.loads(body)["events"])
-            self.send_response(204)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def do_GET(self) -> None:
-            reply = str(count[0]).encode()
-            self.send_response(200)
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    print("ready", flush=True)
-    server.serve_forever()
-
-
-def received(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
-        return int(answer.read())
+def events_posted(body: bytes) -> int:
+    """What the webhook receiver counts of a POST: the events it carries."""
+    return len(json.loads(body)["events"])
 
 
 def fresh(config: Config, tmp: Path) -> None:
@@ -157,7 +124,7 @@ def worker_run(env: dict[str, str], count: int, receiver_port: int | None) -> di
             time.sleep(0.02)
         result["mail_rate"] = count / (time.perf_counter() - first)
         if receiver_port is not None:
-            while received(receiver_port) < 2 * count:
+            while counted(receiver_port) < 2 * count:
                 if time.perf_counter() - started > 600:
                     raise SystemExit("webhooks did not all arrive within 10 minutes")
                 time.sleep(0.05)
@@ -176,7 +143,7 @@ def main() -> None:
     parser.add_argument("--serve-receiver", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_receiver is not None:
-        serve_receiver(args.serve_receiver)
+        serve_counter(args.serve_receiver, events_posted)
         return
 
     tmp = Path(tempfile.mkdtemp(prefix="layang-webhooks-"))
@@ -198,12 +165,7 @@ def main() -> None:
     receiver_url = f"http://127.0.0.1:{receiver_port}/hooks"
 
     sink, sink_name = start_any_sink(sink_port, "auto")
-    receiver = subprocess.Popen(
-        [sys.executable, __file__, "--serve-receiver", str(receiver_port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert receiver.stdout.readline().strip() == "ready"
+    receiver = start_counter(__file__, "--serve-receiver", receiver_port)
     try:
         count = args.count
         rates = intake(config, tmp, min(count, 2000), receiver_url)

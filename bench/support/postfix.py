@@ -43,15 +43,13 @@ def ensure_postfix() -> None:
     )
 
 
-MAIN_CF = """\
+INSTANCE_CF = """\
 compatibility_level = 3.6
 queue_directory = {base}/spool
 data_directory = {base}/data
 maillog_file = {base}/maillog
 maillog_file_prefixes = {base}
 myhostname = postfix.bench.local
-mydomain = bench.local
-myorigin = $myhostname
 mydestination =
 local_recipient_maps =
 alias_maps =
@@ -59,14 +57,21 @@ alias_database =
 inet_interfaces = 127.0.0.1
 inet_protocols = ipv4
 mynetworks = 127.0.0.0/8
-smtpd_relay_restrictions = permit_mynetworks, reject
 smtpd_peername_lookup = no
+smtputf8_enable = no
+biff = no
+"""
+"""main.cf of every private instance: its own queue and log under ``base``, loopback only, no
+local delivery; ``main_cf`` adds what the instance is for."""
+
+RELAY_CF = """\
+mydomain = bench.local
+myorigin = $myhostname
+smtpd_relay_restrictions = permit_mynetworks, reject
 # Submission may ask for one copy per recipient (the sender address varies with each).
 smtpd_authorized_verp_clients = 127.0.0.0/8
 relayhost = [127.0.0.1]:{relay_port}
 smtp_tls_security_level = none
-smtputf8_enable = no
-biff = no
 # Everything submitted waits in the hold queue until released.
 header_checks = static:HOLD
 """
@@ -105,9 +110,7 @@ class PrivatePostfix:
             if path == Path("/"):
                 break
             path.chmod(path.stat().st_mode | 0o755)
-        (self.etc / "main.cf").write_text(
-            MAIN_CF.format(base=self.base, relay_port=self.relay_port) + self.concurrency()
-        )
+        (self.etc / "main.cf").write_text(self.main_cf())
         master = Path("/etc/postfix/master.cf").read_text()
         # Submission on a free loopback port instead of port 25; no chroot (nothing is copied in).
         master = re.sub(
@@ -120,6 +123,14 @@ class PrivatePostfix:
         self.run("postfix", "start")
         self.running = True
         wait_port(self.smtpd_port)
+
+    def main_cf(self) -> str:
+        """The instance's main.cf: relay everything to ``relay_port``, held until released."""
+        return (
+            INSTANCE_CF.format(base=self.base)
+            + RELAY_CF.format(relay_port=self.relay_port)
+            + self.concurrency()
+        )
 
     def concurrency(self) -> str:
         """main.cf lines for ``sessions``: at most that many sessions to the relayhost (every

@@ -71,10 +71,17 @@ class InboundDomainSchema(ma.Schema):
     verified_at = Timestamp(allow_none=True, data_key="verifiedAt", metadata=ISO_8601)
 
 
-_THRESHOLD = {
-    "description": "Mail whose SpamAssassin score reaches this is held, not posted "
-    "(scored only with LAYANG_SPAMD)."
-}
+def _spam_threshold_field() -> fields.Float:
+    return fields.Float(
+        data_key="spamThreshold",
+        allow_none=True,
+        allow_nan=False,
+        validate=validate.Range(min=0, max=100),
+        metadata={
+            "description": "Mail whose SpamAssassin score reaches this is held, not posted "
+            "(scored only with LAYANG_SPAMD)."
+        },
+    )
 
 
 class RouteInSchema(CompatSchema):
@@ -88,24 +95,12 @@ class RouteInSchema(CompatSchema):
         validate=validate.Length(min=1, max=2000),
         metadata={"description": "Where a webhook route posts: https:// to a public address."},
     )
-    spam_threshold = fields.Float(
-        data_key="spamThreshold",
-        allow_none=True,
-        allow_nan=False,
-        validate=validate.Range(min=0, max=100),
-        metadata=_THRESHOLD,
-    )
+    spam_threshold = _spam_threshold_field()
 
 
 class RoutePatchSchema(CompatSchema):
     url = fields.String(validate=validate.Length(min=1, max=2000))
-    spam_threshold = fields.Float(
-        data_key="spamThreshold",
-        allow_none=True,
-        allow_nan=False,
-        validate=validate.Range(min=0, max=100),
-        metadata=_THRESHOLD,
-    )
+    spam_threshold = _spam_threshold_field()
 
 
 class RouteSchema(ma.Schema):

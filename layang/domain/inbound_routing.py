@@ -25,7 +25,7 @@ from layang.db import new_id, write_transaction
 from layang.domain.dns_lookup import DnsLookup
 from layang.domain.errors import Conflict, InvalidInput, NotFound
 from layang.domain.sending_domains import DnsRecord, check_records, normalize_domain
-from layang.domain.webhooks import ROTATION_GRACE_MS, sealed_secret
+from layang.domain.webhooks import replace_secret, sealed_secret
 from layang.models import (
     INBOUND_ACTIONS,
     INBOUND_WEBHOOK,
@@ -394,16 +394,8 @@ def rotate_route_secret(account: Account, route_id: str, config: Config) -> Rout
     row = _get_route(account, route_id)
     if not row.endpoint_id:
         raise InvalidInput("action", "Only a webhook route has a signing secret.")
-    secret = new_secret()
     with write_transaction():
-        endpoint = WebhookEndpoint.get_by_id(row.endpoint_id)
-        now = now_ms()
-        WebhookEndpoint.update(
-            secret=sealed_secret(secret, endpoint.id, config),
-            previous_secret=endpoint.secret,
-            previous_secret_expires_at=now + ROTATION_GRACE_MS,
-            updated_at=now,
-        ).where(WebhookEndpoint.id == endpoint.id).execute()
+        secret = replace_secret(WebhookEndpoint.get_by_id(row.endpoint_id), config)
     return _row_shown(_get_route(account, route_id), secret)
 
 

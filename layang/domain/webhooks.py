@@ -220,17 +220,24 @@ def delete_endpoint(account: Account, endpoint_id: str) -> None:
 def rotate_secret(account: Account, endpoint_id: str, config: Config) -> Endpoint:
     """A new secret (returned this once); the one it replaces keeps signing for 24 hours,
     beside it. ``NotFound``."""
-    secret = new_secret()
     with write_transaction():
-        row = _get(account, endpoint_id)
-        now = now_ms()
-        WebhookEndpoint.update(
-            secret=sealed_secret(secret, row.id, config),
-            previous_secret=row.secret,
-            previous_secret_expires_at=now + ROTATION_GRACE_MS,
-            updated_at=now,
-        ).where(WebhookEndpoint.id == row.id).execute()
+        secret = replace_secret(_get(account, endpoint_id), config)
     return _shown(_get(account, endpoint_id), secret)
+
+
+def replace_secret(row: WebhookEndpoint, config: Config) -> str:
+    """Give the endpoint ``row`` (of any kind: an inbound route's too) a new secret, stored
+    sealed, and return it; the one it replaces keeps signing for ``ROTATION_GRACE_MS``. Call it
+    inside a write transaction."""
+    secret = new_secret()
+    now = now_ms()
+    WebhookEndpoint.update(
+        secret=sealed_secret(secret, row.id, config),
+        previous_secret=row.secret,
+        previous_secret_expires_at=now + ROTATION_GRACE_MS,
+        updated_at=now,
+    ).where(WebhookEndpoint.id == row.id).execute()
+    return secret
 
 
 def send_test(account: Account, endpoint_id: str) -> str:

@@ -170,6 +170,19 @@ def test_a_reply_arrives_as_signed_json_with_everything_decoded(
     )
 
 
+def test_after_rotating_a_routes_secret_both_secrets_sign_its_posts(
+    client, auth, route, server, receiver, dispatcher
+):
+    rotated = client.post(f"/v1/layang/inbound/routes/{route['id']}/rotate-secret", headers=auth)
+    assert rotated.status_code == 200
+    assert rotated.json["secret"] != route["secret"]
+    send(server, reply_mail().as_bytes(policy=reply_mail().policy.clone(linesep="\r\n")))
+    [request] = receiver.wait_for_requests(1)
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    assert verified(request, route["secret"])["type"] == "layang.inbound"
+    assert verified(request, rotated.json["secret"])["type"] == "layang.inbound"
+
+
 def test_starttls_is_offered_and_mail_over_it_arrives(
     client, auth, route, server, receiver, dispatcher
 ):
