@@ -78,17 +78,25 @@ def new_id() -> str:
     with _id_lock:
         value = max(candidate, _last_id[0] + 1)
         _last_id[0] = value
-    chars = []
-    for _ in range(26):
-        value, digit = divmod(value, 32)
-        chars.append(_CROCKFORD[digit])
-    return "".join(reversed(chars))
+    return _encode(value)
 
 
 def id_floor(at_ms: int) -> str:
     """The smallest ``new_id`` made at ``at_ms``: every id made earlier sorts below it, so
     "older than" is a range of the primary key."""
-    value = at_ms << 80
+    return _encode(at_ms << 80)
+
+
+def id_ms(value: str) -> int:
+    """The epoch ms a time-ordered id (:func:`new_id`) was made at: its first 10 characters."""
+    ms = 0
+    for char in value[:10].lower():
+        ms = ms * 32 + max(_CROCKFORD.find(char), 0)
+    return ms
+
+
+def _encode(value: int) -> str:
+    """A 130-bit ``value`` as 26 lowercase Crockford base32 characters, most significant first."""
     chars = []
     for _ in range(26):
         value, digit = divmod(value, 32)

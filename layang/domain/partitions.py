@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import peewee
 
 from layang.clock import now_ms
-from layang.db import database, id_floor, is_postgresql, write_transaction
+from layang.db import database, id_floor, id_ms, is_postgresql, write_transaction
 
 log = logging.getLogger("layang.partitions")
 
@@ -51,9 +51,6 @@ LOCK_TIMEOUT = "1s"
 next run (it waits for running statements on the table; statements wait behind it)."""
 _LOCK = 7412
 """Advisory lock: one process at a time makes or drops partitions."""
-
-_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-
 
 @dataclass(frozen=True, slots=True)
 class Table:
@@ -95,14 +92,6 @@ class Dropped:
     messages: int = 0
     webhook_deliveries: int = 0
     partitions: tuple[str, ...] = ()
-
-
-def id_ms(value: str) -> int:
-    """The epoch ms a time-ordered id (``layang.db.new_id``) was made at."""
-    ms = 0
-    for char in value[:10].lower():
-        ms = ms * 32 + max(_CROCKFORD.find(char), 0)
-    return ms
 
 
 def partitioned() -> bool:
