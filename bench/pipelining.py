@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from layang.delivery.smtp import Envelope, SmtpSession  # noqa: E402
+from layang.delivery.envelope import Envelope  # noqa: E402
+from layang.delivery.smtp import SmtpSession  # noqa: E402
 from layang.mail.compose import compose_message  # noqa: E402
 from layang.mail.message import Mailbox, OutgoingMessage  # noqa: E402
 

@@ -8,8 +8,8 @@ import re
 import secrets
 from pathlib import Path
 
+from layang.delivery.envelope import Envelope
 from layang.delivery.outcomes import DEFERRED, DELIVERED, RecipientResult
-from layang.delivery.smtp import Envelope
 
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9.@+=_-]")
 

@@ -22,7 +22,8 @@ from typing import Any
 import dns.asyncresolver
 
 from layang.config import Config
-from layang.delivery.smtp import Refused, SmtpSession
+from layang.delivery.smtp import SmtpSession
+from layang.delivery.transports import Refused
 from layang.destinations import policy as tls_policy
 from layang.destinations.certificates import ssl_context
 from layang.destinations.dns import policy_resolver

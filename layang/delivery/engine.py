@@ -50,6 +50,7 @@ from typing import Any
 from layang.clock import now_ms
 from layang.delivery.admission import MAX_UNRECORDED, Admission
 from layang.delivery.direct import MxTransport, TlsReport
+from layang.delivery.envelope import Envelope
 from layang.delivery.jobs import Destination, Job, Ledger, ReadyQueues
 from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
@@ -57,7 +58,7 @@ from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
 from layang.delivery.shares import AccountShares
 from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
-from layang.delivery.smtp import Envelope, Refused, Stale
+from layang.delivery.transports import Refused, Stale
 from layang.destinations import sites, tlsrpt
 from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
 from layang.destinations.sites import reply_codes

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from layang.delivery.envelope import Envelope
 from layang.delivery.outcomes import RecipientResult
 from layang.delivery.queue import ClaimedRecipient
 from layang.delivery.routes import Route
-from layang.delivery.smtp import Envelope
 from layang.destinations.mx import Destination as MxDestination
 from layang.destinations.policy import OPPORTUNISTIC, TransportPolicy
 from layang.destinations.shaping import SiteRule

@@ -9,6 +9,7 @@ raise for delivery problems: every recipient gets a :class:`RecipientResult`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DELIVERED = "delivered"
@@ -54,3 +55,35 @@ def result_for(
     a negative code counts as none (0)."""
     code = max(code, 0)
     return RecipientResult(recipient, code, reply, outcome or outcome_for(code))
+
+
+def code_of(reply: str) -> int:
+    """The reply code ``reply`` (see :func:`format_reply`) starts with, or 0 when it has none."""
+    return int(reply[:3]) if reply[:3].isdigit() else 0
+
+
+def results_for_all(
+    recipients: Sequence[str], code: int, reply: str, outcome: str | None = None
+) -> list[RecipientResult]:
+    """The same reply for every recipient, in order (see :func:`result_for`)."""
+    return [result_for(r, code, reply, outcome) for r in recipients]
+
+
+def answer_the_rest(
+    results: list[RecipientResult | None], recipients: Sequence[str], code: int, reply: str
+) -> None:
+    """Give every recipient without a result yet (None in ``results``, indexed as
+    ``recipients``) one from this reply."""
+    for index, result in enumerate(results):
+        if result is None:
+            results[index] = result_for(recipients[index], code, reply)
+
+
+def deferring_the_rest(
+    recipients: Sequence[str], results: list[RecipientResult | None], code: int, reply: str
+) -> list[RecipientResult]:
+    """``results`` complete: every recipient without one yet is deferred with this reply."""
+    return [
+        result if result is not None else RecipientResult(recipients[i], code, reply, DEFERRED)
+        for i, result in enumerate(results)
+    ]

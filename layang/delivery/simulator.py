@@ -20,8 +20,8 @@ one (the circuit breaker's tests send to hundreds).
 
 from __future__ import annotations
 
+from layang.delivery.envelope import Envelope
 from layang.delivery.outcomes import BOUNCED, DEFERRED, DELIVERED, RecipientResult
-from layang.delivery.smtp import Envelope
 from layang.mail.message import SIMULATOR_DOMAIN as DOMAIN
 from layang.mail.message import is_simulated
 

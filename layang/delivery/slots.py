@@ -24,13 +24,13 @@ import time
 
 from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import DEFERRED, DELIVERED, RecipientResult
-from layang.delivery.smtp import Refused
+from layang.delivery.transports import Refused
 from layang.destinations import sites
 from layang.destinations.shaping import is_slow_down
 from layang.destinations.sites import SiteView
 
 DOMAIN_REFUSALS = ("tls", "policy")
-"""Kinds of :class:`~layang.delivery.smtp.Refused` that are about one recipient domain's
+"""Kinds of :class:`~layang.delivery.transports.Refused` that are about one recipient domain's
 transport policy, never about the site's hosts."""
 log = logging.getLogger("layang.engine")
 

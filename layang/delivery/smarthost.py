@@ -107,7 +107,7 @@ class Smarthost:
 
     async def open(self, job: Any = None) -> SmtpSession:
         """An opened session (connected, greeted, STARTTLS and AUTH as configured); raises
-        :class:`~layang.delivery.smtp.Refused` saying why not."""
+        :class:`~layang.delivery.transports.Refused` saying why not."""
         session = self.session()
         await session.open()
         return session

@@ -14,7 +14,10 @@ no reply yet. Nothing here raises for delivery problems except :class:`Refused` 
 :meth:`SmtpSession.open`, which says why the session could not be set up (so the caller can try
 another host, and defers the mail whatever the code: it is about the server, not the message),
 and :class:`Stale` from :meth:`SmtpSession.send` when a reused session was found dead before
-anything was sent (the caller retries on a new session: that cannot deliver twice).
+anything was sent (the caller retries on a new session: that cannot deliver twice); both belong
+to the transport seam (:mod:`layang.delivery.transports`). What a transaction asks of the server
+(MAIL's parameters, SMTPUTF8, REQUIRETLS) and the commands it is written as are computed from
+its envelope alone (:mod:`layang.delivery.envelope`); this module speaks them.
 """
 
 from __future__ import annotations
@@ -24,67 +27,37 @@ import base64
 import contextlib
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from layang.delivery.envelope import (
+    GROUP,
+    Envelope,
+    FirstGroup,
+    command_group,
+    first_group,
+    mail_command,
+    unsendable,
+)
 from layang.delivery.outcomes import (
     BOUNCED,
-    DEFERRED,
     RecipientResult,
+    answer_the_rest,
+    code_of,
+    deferring_the_rest,
     format_reply,
     result_for,
+    results_for_all,
 )
 from layang.delivery.replies import Lost, ReplyReader, failure
+from layang.delivery.transports import Refused, Stale
 from layang.destinations.shaping import speaks_of_pace
 from layang.mail.wire import crlf, data_section
 
-_GROUP = 100
-"""At most this many RCPT commands (with MAIL before, DATA after) are written ahead of their
-replies. A client that does not read while it writes must bound what it writes, or a server
-blocked on sending replies not yet read would stop reading what we send (RFC 2920 leaves avoiding
-that deadlock to the client)."""
 _QUIT_TIMEOUT = 5.0
 GREETING_SECONDS = 30.0
 """A server that has not greeted within this long is not serving the session (RFC 5321 section
 4.5.3.2.1 gives clients 5 minutes; a server at its session limit never greets at all)."""
-
-
-class Refused(Exception):
-    """The session could not be set up. ``kind`` is ``connect``, ``greeting``, ``tls`` or
-    ``auth``; ``code`` the server's reply code (0 without one); ``reply`` says why."""
-
-    def __init__(self, kind: str, code: int, reply: str) -> None:
-        super().__init__(reply)
-        self.kind = kind
-        self.code = code
-        self.reply = reply
-        self.reports: list[Any] = []  # what the sessions tried showed of TLS (TLS-RPT)
-
-
-class Stale(Exception):
-    """A reused session was dead before the transaction started: nothing was delivered, so the
-    caller may retry on a new session."""
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """One transaction: the envelope sender, the recipients, the bytes, and MAIL parameters
-    the message asks for (``requiretls``: RFC 8689).
-
-    ``crlf_clean=True`` promises that every line of ``data`` already ends in CRLF (true of
-    everything :mod:`layang.mail.compose` builds), which spares a scan of every byte; bytes
-    from elsewhere (SMTP submission) leave it False, and bare CR or LF line ends go out as CRLF.
-    ``reference`` (the transmission) names capture files; ``attempt`` counts the tries of these
-    recipients (1 for the first), read only by the mailbox simulator."""
-
-    mail_from: str
-    recipients: tuple[str, ...]
-    data: bytes
-    crlf_clean: bool = False
-    requiretls: bool = False
-    reference: str = ""
-    attempt: int = 1
 
 
 class SmtpSession:
@@ -139,8 +112,8 @@ class SmtpSession:
         self.reports: list[Any] = []  # what setting it up showed of TLS (TLS-RPT)
         self._transport: asyncio.Transport | None = None
         self._replies: ReplyReader | None = None
-        self._utf8 = False
-        self._primed: Envelope | None = None  # its MAIL, RCPT and DATA are out, unanswered
+        self._encoding = "ascii"  # utf-8 while a transaction asks for SMTPUTF8
+        self._primed: FirstGroup | None = None  # out behind the last body, unanswered
 
     def __repr__(self) -> str:
         return f"<SmtpSession {self.where} via {self.address}>"
@@ -378,45 +351,52 @@ class SmtpSession:
         call must then be for that envelope; if the caller gives it up instead, :meth:`close`
         drops the connection (the server is waiting for its body)."""
         primed, self._primed = self._primed, None
-        if primed is not None and primed is not envelope:
+        if primed is not None and primed.envelope is not envelope:
             self._abort()
             raise Stale
         reused = self.transactions > 0
         self.transactions += 1
         recipients = envelope.recipients
         results: list[RecipientResult | None] = [None] * len(recipients)
-        message = envelope.data
-        if not envelope.crlf_clean:
-            message = crlf(message)
+        if primed is not None:
+            message = primed.message
+        else:
+            message = envelope.data if envelope.crlf_clean else crlf(envelope.data)
         try:
             # No RSET before a transaction on a reused session: every earlier transaction ended
             # cleanly (completed, refused at MAIL, or reset), and a session the server dropped
             # meanwhile shows itself at MAIL (``Stale``). The RSET round trip cost a third of a
             # message's time on a fast link.
-            refused = self._unsendable(envelope, results)
+            refused = unsendable(envelope, self.extensions, self.where, results)
             if primed is not None and (refused is not None or any(r is not None for r in results)):
                 self._abort()  # not what went out behind the last body: cannot happen
                 raise Stale
             if refused is not None:
-                return _all(recipients, _code_of(refused), refused, BOUNCED)
+                return results_for_all(recipients, code_of(refused), refused, BOUNCED)
             pending = [index for index, result in enumerate(results) if result is None]
             if not pending:
-                return _fill(recipients, results, 0, "no recipient was tried")
-            mail = f"MAIL FROM:<{envelope.mail_from}>{self._mail_options(envelope, message)}"
+                return deferring_the_rest(recipients, results, 0, "no recipient was tried")
+            if primed is not None:
+                mail = primed.mail
+            else:
+                mail = mail_command(envelope, message, self.extensions)
+            self._encoding = mail.encoding
             if (
                 self.pipelining
                 and "PIPELINING" in self.extensions
                 and "CHUNKING" in self.extensions
-                and len(pending) <= _GROUP
+                and len(pending) <= GROUP
             ):
-                await self._chunked(mail, recipients, pending, results, reused, message, before_end)
-                return _fill(recipients, results, 0, "no reply")
+                await self._chunked(
+                    mail.line, recipients, pending, results, reused, message, before_end
+                )
+                return deferring_the_rest(recipients, results, 0, "no reply")
             if primed is not None or (self.pipelining and self.has("PIPELINING")):
                 accepted = await self._pipelined(
-                    mail, recipients, pending, results, reused, written=primed is not None
+                    mail.line, recipients, pending, results, reused, written=primed is not None
                 )
             else:
-                accepted = await self._stepwise(mail, recipients, pending, results, reused)
+                accepted = await self._stepwise(mail.line, recipients, pending, results, reused)
             if isinstance(accepted, list) and not isinstance(accepted, _Done):
                 if before_end is not None:
                     await before_end()
@@ -427,10 +407,10 @@ class SmtpSession:
                     results[index] = result_for(recipients[index], code, reply)
                 if code == 421:
                     self._abort()
-            return _fill(recipients, results, 0, "no reply")
+            return deferring_the_rest(recipients, results, 0, "no reply")
         except Lost as lost:
             self._abort()
-            return _fill(recipients, results, 0, lost.reply)
+            return deferring_the_rest(recipients, results, 0, lost.reply)
         finally:
             self.last_used = time.monotonic()
 
@@ -444,7 +424,7 @@ class SmtpSession:
     ) -> list[int]:
         code, text = await self._first(f"{mail}\r\n".encode(self._encoding), reused)
         if not 200 <= code < 300:
-            _set_all(results, recipients, code, format_reply(code, text))
+            answer_the_rest(results, recipients, code, format_reply(code, text))
             return _Done()
         accepted: list[int] = []
         for index in pending:
@@ -455,7 +435,7 @@ class SmtpSession:
             results[index] = result_for(recipients[index], code, format_reply(code, text))
             if code == 421:
                 self._abort()
-                _set_all(results, recipients, code, format_reply(code, text))
+                answer_the_rest(results, recipients, code, format_reply(code, text))
                 return _Done()
         if not accepted:
             await self._reset_quietly()
@@ -476,19 +456,21 @@ class SmtpSession:
         """MAIL, RCPT and DATA in groups (RFC 2920); ``written``: the first group went out
         already, behind the last transaction's body (:meth:`_prime`)."""
         accepted: list[int] = []
-        for start in range(0, len(pending), _GROUP):
-            group = pending[start : start + _GROUP]
-            last = start + _GROUP >= len(pending)
+        for start in range(0, len(pending), GROUP):
+            group = pending[start : start + GROUP]
+            last = start + GROUP >= len(pending)
             if start == 0:
-                payload = b"" if written else _group(mail, recipients, group, last, self._encoding)
+                payload = (
+                    b"" if written else command_group(mail, recipients, group, last, self._encoding)
+                )
                 code, text = await self._first(payload, reused)
                 if not 200 <= code < 300:
                     if code != 421:
                         await self._drain(len(group), data_sent=last)
-                    _set_all(results, recipients, code, format_reply(code, text))
+                    answer_the_rest(results, recipients, code, format_reply(code, text))
                     return _Done()
             else:
-                self._write(_group(None, recipients, group, last, self._encoding))
+                self._write(command_group(None, recipients, group, last, self._encoding))
             for index in group:
                 code, text = await self._reply()
                 if 200 <= code < 300:
@@ -497,7 +479,7 @@ class SmtpSession:
                 results[index] = result_for(recipients[index], code, format_reply(code, text))
                 if code == 421:
                     self._abort()
-                    _set_all(results, recipients, code, format_reply(code, text))
+                    answer_the_rest(results, recipients, code, format_reply(code, text))
                     return _Done()
         code, text = await self._reply()
         return await self._after_data(recipients, accepted, results, code, text)
@@ -518,13 +500,12 @@ class SmtpSession:
         the chunk is written, so ``before_end`` is awaited before anything is."""
         if before_end is not None:
             await before_end()
-        commands = [mail, *(f"RCPT TO:<{recipients[index]}>" for index in pending)]
-        head = "".join(f"{line}\r\n" for line in commands).encode(self._encoding)
+        head = command_group(mail, recipients, pending, False, self._encoding)
         code, text = await self._first(head + b"BDAT %d LAST\r\n" % len(message) + message, reused)
         if not 200 <= code < 300:
             if code != 421:
                 await self._drain(len(pending) + 1, data_sent=False)
-            _set_all(results, recipients, code, format_reply(code, text))
+            answer_the_rest(results, recipients, code, format_reply(code, text))
             return
         accepted: list[int] = []
         for index in pending:
@@ -538,7 +519,7 @@ class SmtpSession:
                 self._abort()
                 for each in accepted:
                     results[each] = None
-                _set_all(results, recipients, code, format_reply(code, text))
+                answer_the_rest(results, recipients, code, format_reply(code, text))
                 return
         code, text = await self._reply()
         reply = format_reply(code, text)
@@ -558,21 +539,11 @@ class SmtpSession:
         if not (self.pipelining and self.has("PIPELINING")) or "CHUNKING" in self.extensions:
             return b""
         envelope = following()
-        if envelope is None:
-            return b""
-        recipients = envelope.recipients
-        scratch: list[RecipientResult | None] = [None] * len(recipients)
-        message = envelope.data if envelope.crlf_clean else crlf(envelope.data)
-        if (
-            not recipients
-            or len(recipients) > _GROUP
-            or self._unsendable(envelope, scratch) is not None
-            or any(result is not None for result in scratch)
-        ):
-            return b""  # sent the usual way, as the next transaction still
-        mail = f"MAIL FROM:<{envelope.mail_from}>{self._mail_options(envelope, message)}"
-        self._primed = envelope
-        return _group(mail, recipients, range(len(recipients)), True, self._encoding)
+        primed = None if envelope is None else first_group(envelope, self.extensions, self.where)
+        if primed is None:
+            return b""  # none, or sent the usual way, as the next transaction still
+        self._primed = primed
+        return primed.commands
 
     async def _first(self, payload: bytes, reused: bool) -> tuple[int, str]:
         """Write the transaction's first command(s) (none: they are out already) and read
@@ -634,50 +605,6 @@ class SmtpSession:
     async def _send_body(self, message: bytes, after: bytes = b"") -> tuple[int, str]:
         self._write(data_section(message) + after if after else data_section(message))
         return await self._reply()
-
-    def _unsendable(self, envelope: Envelope, results: list[RecipientResult | None]) -> str | None:
-        mail_from = envelope.mail_from
-        if "\r" in mail_from or "\n" in mail_from:
-            return "invalid sender address (line break)"
-        # RFC 6531 section 3.4: a non-ASCII envelope address needs SMTPUTF8; without it that
-        # address cannot be given, and it is never mangled to fit.
-        smtputf8 = "SMTPUTF8" in self.extensions
-        if not mail_from.isascii() and not smtputf8:
-            return self._no_utf8()
-        if envelope.requiretls and "REQUIRETLS" not in self.extensions:
-            return f"550 5.7.30 REQUIRETLS is not supported by {self.where}"
-        for index, recipient in enumerate(envelope.recipients):
-            if "\r" in recipient or "\n" in recipient:
-                reason = "invalid recipient address (line break)"
-                results[index] = RecipientResult(recipient, 0, reason, BOUNCED)
-            elif not recipient.isascii() and not smtputf8:
-                results[index] = RecipientResult(recipient, 553, self._no_utf8(), BOUNCED)
-        return None
-
-    def _no_utf8(self) -> str:
-        return f"553 5.6.7 SMTPUTF8 is required but was not offered by {self.where}"
-
-    def _mail_options(self, envelope: Envelope, message: bytes) -> str:
-        options = []
-        if self.has("SIZE"):
-            options.append(f"SIZE={len(message)}")
-        if not message.isascii() and self.has("8BITMIME"):
-            options.append("BODY=8BITMIME")
-        addresses = (envelope.mail_from, *envelope.recipients)
-        self._utf8 = False
-        # Header fields in UTF-8 (RFC 6532: a non-ASCII address in To or From) ask for it too.
-        if self.has("SMTPUTF8") and not (
-            all(a.isascii() for a in addresses) and _head(message).isascii()
-        ):
-            options.append("SMTPUTF8")
-            self._utf8 = True
-        if envelope.requiretls:
-            options.append("REQUIRETLS")
-        return "".join(f" {option}" for option in options)
-
-    @property
-    def _encoding(self) -> str:
-        return "utf-8" if self._utf8 else "ascii"
 
     async def _reset_quietly(self) -> None:
         try:
@@ -754,50 +681,5 @@ def _about_the_pace(text: str) -> bool:
     return speaks_of_pace(f"421 {text}")
 
 
-def _group(
-    mail: str | None, recipients: tuple[str, ...], group: Iterable[int], last: bool, encoding: str
-) -> bytes:
-    """One pipelined group of commands: MAIL (if given), a RCPT per index, DATA if ``last``."""
-    lines = [mail] if mail is not None else []
-    lines.extend(f"RCPT TO:<{recipients[index]}>" for index in group)
-    if last:
-        lines.append("DATA")
-    return "".join(f"{line}\r\n" for line in lines).encode(encoding)
-
-
 def _base64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
-
-
-def _head(message: bytes) -> bytes:
-    """The header section of ``message`` (up to the empty line)."""
-    end = message.find(b"\r\n\r\n")
-    return message if end < 0 else message[:end]
-
-
-def _code_of(reply: str) -> int:
-    """The reply code ``reply`` starts with, or 0 when it has none."""
-    return int(reply[:3]) if reply[:3].isdigit() else 0
-
-
-def _all(
-    recipients: Sequence[str], code: int, reply: str, outcome: str | None = None
-) -> list[RecipientResult]:
-    return [result_for(r, code, reply, outcome) for r in recipients]
-
-
-def _set_all(
-    results: list[RecipientResult | None], recipients: Sequence[str], code: int, reply: str
-) -> None:
-    for index, result in enumerate(results):
-        if result is None:
-            results[index] = result_for(recipients[index], code, reply)
-
-
-def _fill(
-    recipients: Sequence[str], results: list[RecipientResult | None], code: int, reply: str
-) -> list[RecipientResult]:
-    return [
-        result if result is not None else RecipientResult(recipients[i], code, reply, DEFERRED)
-        for i, result in enumerate(results)
-    ]

@@ -16,8 +16,25 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from layang.delivery.envelope import Envelope
 from layang.delivery.outcomes import DEFERRED, RecipientResult
-from layang.delivery.smtp import Envelope
+
+
+class Refused(Exception):
+    """The session could not be set up. ``kind`` is ``connect``, ``greeting``, ``tls`` or
+    ``auth``; ``code`` the server's reply code (0 without one); ``reply`` says why."""
+
+    def __init__(self, kind: str, code: int, reply: str) -> None:
+        super().__init__(reply)
+        self.kind = kind
+        self.code = code
+        self.reply = reply
+        self.reports: list[Any] = []  # what the sessions tried showed of TLS (TLS-RPT)
+
+
+class Stale(Exception):
+    """A reused session was dead before the transaction started: nothing was delivered, so the
+    caller may retry on a new session."""
 
 
 class Session(Protocol):
@@ -39,7 +56,7 @@ class Session(Protocol):
         before that): from then on the other side may have the message. ``following`` may be
         called once, then, for the envelope of the next transaction, to begin it behind this
         one's end; the next call is then for that envelope (or the session is closed). May
-        raise :class:`~layang.delivery.smtp.Stale` (nothing was sent: try a new session)."""
+        raise :class:`Stale` (nothing was sent: try a new session)."""
         ...
 
     async def close(self) -> None:
@@ -61,7 +78,7 @@ class Transport(Protocol):
 
     async def open(self, job: Any) -> Session:
         """A session that can carry ``job`` (a :class:`~layang.delivery.engine.Job`); raises
-        :class:`~layang.delivery.smtp.Refused` saying why none could be set up."""
+        :class:`Refused` saying why none could be set up."""
         ...
 
     def refusal(self, session: Session, job: Any) -> str | None:

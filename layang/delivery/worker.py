@@ -32,6 +32,7 @@ from layang.config import Config
 from layang.db import UNAVAILABLE_ERRORS, database, discard_connection, error_summary
 from layang.delivery.build import CopyBuilder
 from layang.delivery.engine import MAX_UNRECORDED, Engine, Job
+from layang.delivery.envelope import Envelope
 from layang.delivery.outcomes import BOUNCED, RecipientResult
 from layang.delivery.queue import (
     RECIPIENTS,
@@ -47,7 +48,6 @@ from layang.delivery.queue import (
     record_waiting,
 )
 from layang.delivery.routes import Router, Transport
-from layang.delivery.smtp import Envelope
 from layang.delivery.wakeup import mail_wakeup
 from layang.destinations.sites import Throttle
 from layang.logs import shown_recipient

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
+from layang.delivery.envelope import Envelope
 from layang.delivery.smarthost import relay_from_url
-from layang.delivery.smtp import Envelope, SmtpSession
+from layang.delivery.smtp import SmtpSession
 
 MESSAGE = (
     b"From: Shop <shop@sender.test>\r\n"

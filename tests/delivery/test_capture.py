@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from layang.delivery.capture import CaptureDirectory
+from layang.delivery.envelope import Envelope
 from layang.delivery.smarthost import relay_from_url
-from layang.delivery.smtp import Envelope
 from tests.delivery.conftest import MESSAGE
 
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from layang.delivery.smtp import Envelope, Stale
+from layang.delivery.envelope import Envelope
+from layang.delivery.transports import Stale
 from tests.delivery.conftest import MESSAGE
 from tests.delivery.test_smtp import outcomes, verbs
 from tests.support.upstream import Upstream, make_self_signed_cert, server_tls_context

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from layang.delivery.smtp import Refused, Stale
+from layang.delivery.transports import Refused, Stale
 from tests.delivery.conftest import MESSAGE
 from tests.support.upstream import Upstream, make_self_signed_cert, server_tls_context
 
