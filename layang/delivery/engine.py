@@ -28,10 +28,11 @@ the ledger at once. A session to an MX site has a deadline for its set-up and fo
 transaction, and one account's mail keeps at most its share of the sessions busy while
 another account's waits (:mod:`~layang.delivery.shares`; docs/delivery.md, "Sessions").
 
-The parts (the ready queues of :mod:`~layang.delivery.jobs`, :mod:`~layang.delivery.pool`,
-:mod:`~layang.delivery.slots`, :mod:`~layang.delivery.policies`,
-:mod:`~layang.delivery.admission`) own their state and are called by the engine; none calls
-back: what a part has to say, it returns.
+The parts (the ready queues of :mod:`~layang.delivery.jobs`, the MX look-ups of
+:mod:`~layang.delivery.lookups`, :mod:`~layang.delivery.pool`, :mod:`~layang.delivery.slots`,
+:mod:`~layang.delivery.admission`, and :mod:`~layang.delivery.settling`, the ways a job leaves)
+own their state and are called by the engine; none calls back: what a part has to say, it
+returns.
 
 Why at most ``MAX_UNRECORDED`` copies are sent twice after a crash: see
 :mod:`layang.delivery.admission`.
@@ -40,30 +41,27 @@ Why at most ``MAX_UNRECORDED`` copies are sent twice after a crash: see
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from layang.clock import now_ms
 from layang.delivery.admission import MAX_UNRECORDED, Admission
-from layang.delivery.direct import MxTransport, TlsReport
+from layang.delivery.direct import TlsReport
 from layang.delivery.envelope import Envelope
 from layang.delivery.jobs import Destination, Job, Ledger, ReadyQueues
+from layang.delivery.lookups import DomainLookups
 from layang.delivery.offloop import OffLoop
 from layang.delivery.outcomes import BOUNCED, DEFERRED, RecipientResult
-from layang.delivery.policies import PolicyCache
 from layang.delivery.pool import Pooled, SessionPool
+from layang.delivery.settling import Settling
 from layang.delivery.shares import AccountShares
 from layang.delivery.slots import DOMAIN_REFUSALS, SiteSlots
 from layang.delivery.transports import Refused, Stale
 from layang.destinations import sites, tlsrpt
-from layang.destinations.mx import TEMPORARY, MxFailure, remember_sites
 from layang.destinations.sites import reply_codes
-from layang.metrics import site_outcome
-from layang.queueing.bridge import Backlog, LoopSignal, LoopThread
+from layang.queueing.bridge import LoopSignal, LoopThread
 
 __all__ = ["MAX_UNRECORDED", "Engine", "Job", "Ledger"]
 
@@ -72,10 +70,6 @@ log = logging.getLogger("layang.engine")
 BLOCKED_SECONDS = 1.0
 """A site refused a new session (at its limit across processes) is asked again after this."""
 TICK_SECONDS = 0.5
-REMEMBER_SECONDS = 5.0
-"""How often the sites domains resolved to are written down (for the queue views)."""
-RELAYED_SITE_MS = 3_600_000
-"""How long a domain whose mail went to the smarthost is shown at the smarthost's site."""
 """The engine's housekeeping runs this often while it has anything open or queued."""
 PLAINTEXT = {"version": None, "cipher": None, "verified": False, "policy": "none"}
 """What a delivery event says of TLS for a session to an MX host without it."""
@@ -105,24 +99,19 @@ class Engine:
         surely still hold (no transaction starts otherwise). ``setup_seconds`` and
         ``transaction_seconds``: the most a session to an MX site may take to be set up, and
         one transaction on it (past them, the mail is a ``Delay``)."""
-        self.ledger = ledger
         self.connections = max(1, connections)
         self.setup_seconds = setup_seconds
         self.transaction_seconds = transaction_seconds
         self.shares = AccountShares(self.connections)
+        self.settling = Settling(ledger, self.shares)  # its backlog: jobs not gone yet
         self.stall_seconds = stall_seconds
         self.lease_fresh = lease_fresh
         self.pool = SessionPool(self.connections)
         self.offloop = OffLoop()
         self.slots = SiteSlots(self.offloop, owner, lease_seconds, throttle or sites.DEFAULT)
-        self.policies = PolicyCache()
+        self.lookups = DomainLookups(self.offloop)
         self.admission = Admission(ledger.unrecorded_total, recorded)
-        self.backlog = Backlog()  # jobs submitted and not finished (queued or in flight)
         self.ready = ReadyQueues(self.connections)
-        self._resolving: dict[str, list[Job]] = {}
-        self._resolver_of: MxTransport | None = None
-        self._remember_at = 0.0  # monotonic: when the sites learned are next written down
-        self._relayed: dict[str, str] = {}  # domain → the smarthost's site, to write down
         self._work = asyncio.Event()  # jobs came: the idle tick wakes
         self.runtime = LoopThread("engine")
         self._ticking = self.runtime.start(self._tick())
@@ -130,7 +119,7 @@ class Engine:
     @property
     def pending(self) -> int:
         """Jobs submitted and not finished (queued or in flight)."""
-        return self.backlog.count
+        return self.settling.backlog.count
 
     # -- from the worker's thread --------------------------------------------------------
 
@@ -138,12 +127,12 @@ class Engine:
         """Queue ``jobs`` for their destinations."""
         jobs = list(jobs)
         if jobs:
-            self.backlog.add(len(jobs))
+            self.settling.backlog.add(len(jobs))
             self.runtime.call_soon(self._enqueue, jobs)
 
     def wait_below(self, count: int, timeout: float) -> None:
         """Block until fewer than ``count`` jobs are pending, or ``timeout`` passes."""
-        self.backlog.wait_below(count, timeout)
+        self.settling.backlog.wait_below(count, timeout)
 
     def crowding_accounts(self) -> set[int]:
         """The accounts whose mail keeps their share of the sessions busy with more of it
@@ -167,48 +156,24 @@ class Engine:
         for job in jobs:
             self.shares.arrived(job)
             if job.route.sited:
-                domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
-                waiting = self._resolving.setdefault(domain, [])
-                waiting.append(job)
-                if len(waiting) == 1:
+                if (domain := self.lookups.wait(job)) is not None:
                     self.runtime.loop.create_task(self._resolve(job.route.transport, domain))
                 continue
             destination = self.ready.for_job(job)
             destination.queue.append(job)
             touched[destination.key] = destination
             if destination.site is not None:  # a smarthost: the site every domain's mail is at
-                domain = job.recipient.address.rpartition("@")[2].rstrip(".").lower()
-                self._relayed[domain] = destination.site
+                self.lookups.relayed(job, destination.site)
         for destination in touched.values():
             self._pump(destination)
 
     async def _resolve(self, route: Any, domain: str) -> None:
         """Resolve ``domain`` and queue its waiting jobs on its site (or settle them)."""
-        self._resolver_of = route
-        try:
-            resolved = await route.resolver_for_loop().resolve(domain)
-        except MxFailure as failure:
-            outcome = DEFERRED if failure.kind == TEMPORARY else BOUNCED
-            for job in self._resolving.pop(domain, []):
-                result = RecipientResult(
-                    job.recipient.address, failure.code, failure.reply, outcome
-                )
-                self._finish(job, result)
-            return
-        except Exception as error:
-            log.exception("resolving %s failed", domain)
-            for job in self._resolving.pop(domain, []):
-                reply = f"451 4.4.3 looking up {domain} failed: {error}"
-                self._finish(job, RecipientResult(job.recipient.address, 451, reply, DEFERRED))
-            return
-        policy = await self.policies.policy(route, resolved)
-        jobs = self._resolving.pop(domain, [])
-        if route.pools and len({job.stream for job in jobs}) > 1:
-            for stream in sorted({job.stream for job in jobs}):
-                chosen = [job for job in jobs if job.stream == stream]
-                self._pump(self.ready.for_resolved(resolved, policy, chosen))
-            return
-        self._pump(self.ready.for_resolved(resolved, policy, jobs))
+        resolution = await self.lookups.resolve(route, domain)
+        for job, result in resolution.settled:
+            self.settling.finish(job, result)
+        for resolved, policy, jobs in resolution.queues:
+            self._pump(self.ready.for_resolved(resolved, policy, jobs))
 
     def _pump(self, destination: Destination) -> None:
         """Start runners for ``destination``'s queue, up to its limit."""
@@ -234,7 +199,7 @@ class Engine:
             while destination.queue or (session is not None and session.primed is not None):
                 if not self.lease_fresh():
                     # The leases may lapse before a transaction ends: leave the rest.
-                    self._give_back(destination)
+                    self.settling.give_back(destination)
                     break
                 if destination.paused:
                     break
@@ -259,7 +224,7 @@ class Engine:
                     # Every account queued here has its share of the sessions while others
                     # wait: this session goes idle (to be closed for them); the tick comes back.
                     break
-                if not _may_carry(session, job):
+                if not session.may_carry(job):
                     # Connected to a host this job's domain does not name (its MX set or
                     # policy changed meanwhile): never hand its mail to another domain's server.
                     destination.queue.appendleft(job)
@@ -277,7 +242,7 @@ class Engine:
                         session = None
                     if not job.finished:
                         reply = f"451 4.3.0 local error: {error}"
-                        self._finish(
+                        self.settling.finish(
                             job, RecipientResult(job.recipient.address, 0, reply, DEFERRED)
                         )
                 finally:
@@ -344,7 +309,7 @@ class Engine:
         except Refused as refused:
             self.pool.unreserve()
             await self._report_tls(refused.reports)
-            carried = self._carried(destination)
+            carried = self.pool.carrying(destination.key) > 0  # busy or idle
             if destination.site is not None:
                 if slot:
                     self._keep_slot(destination.site, slot)
@@ -357,18 +322,14 @@ class Engine:
             result = RecipientResult("", code, refused.reply, DEFERRED)
             if refused.kind in DOMAIN_REFUSALS and job.mx is not None:
                 # The domain's own policy: a Delay of that domain's mail, no one else's.
-                self._fail_queue(destination, result, domain=job.mx.domain)
+                self.settling.fail_queue(destination, result, domain=job.mx.domain)
             else:
-                self._fail_queue(destination, result)
+                self.settling.fail_queue(destination, result)
             return None
         await self._report_tls(getattr(opened, "reports", ()))
         pooled = self.pool.adopt(opened, destination.site, destination.key)
         pooled.slot = slot or None
         return pooled
-
-    def _carried(self, destination: Destination) -> bool:
-        """Whether a session of this process is open to ``destination`` (busy or idle)."""
-        return self.pool.carrying(destination.key) > 0
 
     async def _open(self, destination: Destination, job: Job) -> Any:
         """A new session of ``destination``'s transport for ``job``; one to an MX site must be
@@ -395,7 +356,7 @@ class Engine:
             return slot
         view = await self.slots.gate(site, ceiling)
         if view is not None and not view.open:
-            if view.state == "suspended" or not self._carried(destination):
+            if view.state == "suspended" or not self.pool.carrying(destination.key):
                 self._hold_site(destination, view.until_ms, view.reason or view.state)
             else:
                 # Throttled: no new session for now, the open ones go on at the lowered limit.
@@ -412,7 +373,7 @@ class Engine:
         refusal = destination.route.transport.refusal(session.inner, job)
         if refusal is None:
             return True
-        self._finish(job, RecipientResult(job.recipient.address, 550, refusal, BOUNCED))
+        self.settling.finish(job, RecipientResult(job.recipient.address, 550, refusal, BOUNCED))
         return False
 
     async def _wait_for_rate(self, destination: Destination) -> None:
@@ -456,13 +417,8 @@ class Engine:
         job.detail = {"durationMs": int((time.monotonic() - job.started) * 1000)}
         job.detail.update(session.detail())
         if destination.route.sited and job.detail.get("tls") is None:  # direct to MX
-            job.detail["tls"] = {
-                "version": None,
-                "cipher": None,
-                "verified": False,
-                "policy": "none",
-            }
-        self._finish(job, result)
+            job.detail["tls"] = dict(PLAINTEXT)
+        self.settling.finish(job, result)
         return result
 
     def _prime(self, destination: Destination, session: Pooled, current: Job) -> Envelope | None:
@@ -482,7 +438,7 @@ class Engine:
         job = self.shares.take(destination.queue, replacing=current)
         if job is None:
             return None
-        if job.envelope.requiretls or not _may_carry(session, job):
+        if job.envelope.requiretls or not session.may_carry(job):
             destination.queue.appendleft(job)  # for the runner to handle as it would
             return None
         session.primed = (destination, job)
@@ -539,7 +495,7 @@ class Engine:
             # the server's reply to someone else's message.
             host = getattr(session.inner, "host", None) or "the server"
             reply = f"451 4.4.2 the session with {host} ended ({reply_codes(result.reply)})"
-            self._fail_queue(destination, replace(result, code=451, reply=reply))
+            self.settling.fail_queue(destination, replace(result, code=451, reply=reply))
 
     async def _keep_or_retire(self, destination: Destination, session: Pooled) -> Pooled | None:
         if session.closed or session.transactions >= destination.per_session or session.retiring:
@@ -548,38 +504,6 @@ class Engine:
         return session
 
     # -- settling and handing back ------------------------------------------------------
-
-    def _finish(self, job: Job, result: RecipientResult) -> None:
-        if job.finished:
-            return
-        job.finished = True
-        self.shares.left(job)
-        try:
-            if job.mx is not None:
-                site_outcome(job.mx.site, result.outcome)
-            self.ledger.settle(job, result)
-        finally:
-            self.backlog.done()
-
-    def _fail_queue(
-        self,
-        destination: Destination,
-        result: RecipientResult,
-        first: Job | None = None,
-        *,
-        domain: str | None = None,
-    ) -> None:
-        """Settle ``first`` and everything queued for ``destination`` (to ``domain`` only,
-        if given) with ``result``."""
-        queued: list[Job] = []
-        kept: collections.deque[Job] = collections.deque()
-        for job in destination.queue:
-            ours = domain is None or (job.mx is not None and job.mx.domain == domain)
-            (queued if ours else kept).append(job)
-        destination.queue = kept
-        failed = [first, *queued] if first is not None else queued
-        for job in failed:
-            self._finish(job, replace(result, recipient=job.recipient.address))
 
     def _hold_site(self, destination: Destination, until_ms: int | None, reason: str) -> None:
         """Stop sending to ``destination``'s site (every MX set of it this engine sends to)
@@ -592,11 +516,7 @@ class Engine:
             self.runtime.loop.create_task(self.slots.release(spares))
         for held in self.ready.of_site(site):
             held.paused = True
-            jobs = list(held.queue)
-            held.queue.clear()
-            if jobs:
-                self._let_go(jobs)
-                self.ledger.hold(jobs, site, until_ms, reason)
+            self.settling.hold(held, site, until_ms, reason)
             self.runtime.loop.call_later(1.0, self._unpause, held)
 
     def _unpause(self, destination: Destination) -> None:
@@ -604,23 +524,10 @@ class Engine:
         if destination.queue:
             self._pump(destination)
 
-    def _give_back(self, destination: Destination) -> None:
-        jobs = list(destination.queue)
-        destination.queue.clear()
-        if jobs:
-            self._let_go(jobs)
-            self.ledger.hand_back(jobs)
-
     async def _take_queued(self) -> list[Job]:
         jobs = self.ready.take_all()
-        self._let_go(jobs)
+        self.settling.let_go(jobs)
         return jobs
-
-    def _let_go(self, jobs: list[Job]) -> None:
-        """``jobs`` leave the engine unfinished (handed back or held)."""
-        self.backlog.done(len(jobs))
-        for job in jobs:
-            self.shares.left(job)
 
     # -- sessions and slots ---------------------------------------------------------------
 
@@ -695,7 +602,7 @@ class Engine:
                 # queue, for the process that has the sessions, instead of filling this
                 # process's backlog while it waits.
                 destination.blocked_until = 0.0
-                self._give_back(destination)
+                self.settling.give_back(destination)
             if destination.queue and destination.blocked_until and destination.blocked_until <= now:
                 destination.blocked_until = 0.0
                 self._pump(destination)
@@ -715,12 +622,11 @@ class Engine:
                     destination.key,
                     len(destination.queue),
                 )
-                self._give_back(destination)
+                self.settling.give_back(destination)
 
     async def _site_chores(self, now: float) -> None:
-        """Give back spare slots and shares, renew this process's slots, and remember which
-        site each domain resolved to (also when none of its hosts could be used: the queue
-        views name the site as soon as the MX records are known)."""
+        """Hold the mail of suspended sites, give back spare slots and shares, renew this
+        process's slots, and write down the sites domains resolved to (for the queue views)."""
         if self.ready.any_site:
             await self._hold_suspended()
             excess = await self.slots.tick(now, self.pool.held())
@@ -729,16 +635,7 @@ class Engine:
                 for session in self.pool.retire(site, keys, count):
                     await self._close(session)
             await self.slots.renew(now)
-        if now >= self._remember_at:
-            self._remember_at = now + REMEMBER_SECONDS
-            resolver = self._resolver_of.resolver if self._resolver_of is not None else None
-            learned = resolver.learned_sites() if resolver is not None else []
-            if self._relayed:
-                until = now_ms() + RELAYED_SITE_MS
-                learned += [(domain, site, until) for domain, site in self._relayed.items()]
-                self._relayed = {}
-            if learned:
-                await self.offloop.call(remember_sites, learned)
+        await self.lookups.remember(now)
 
     async def _hold_suspended(self) -> None:
         """Hold the mail of every site this engine sends to that is suspended now (an operator's
@@ -779,14 +676,3 @@ class Engine:
         if others:
             await asyncio.wait(others, timeout=1.0)
         await self.slots.release(slots)
-
-
-def _may_carry(session: Pooled, job: Job) -> bool:
-    """Whether ``session`` is connected to a host ``job``'s domain names: one of its own MX
-    hosts that its transport policy allows (direct to MX; any other route has one server)."""
-    if job.mx is None:
-        return True
-    host = str(getattr(session.inner, "host", "")).rstrip(".").lower()
-    if job.policy is not None:
-        return job.policy.allows(host)
-    return any(h.name.rstrip(".").lower() == host for h in job.mx.hosts)

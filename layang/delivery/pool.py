@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layang.delivery.jobs import Job
 from layang.delivery.transports import Session
 
 IDLE_SECONDS = 30.0
@@ -71,6 +72,16 @@ class Pooled:
 
     def detail(self) -> dict[str, Any]:
         return self.inner.detail()
+
+    def may_carry(self, job: Job) -> bool:
+        """Whether the session is connected to a host ``job``'s domain names: one of its own MX
+        hosts that its transport policy allows (direct to MX; any other route has one server)."""
+        if job.mx is None:
+            return True
+        host = str(getattr(self.inner, "host", "")).rstrip(".").lower()
+        if job.policy is not None:
+            return job.policy.allows(host)
+        return any(h.name.rstrip(".").lower() == host for h in job.mx.hosts)
 
 
 class SessionPool:
