@@ -405,7 +405,7 @@ def test_the_other_commands_read_only_settings_their_help_lists(tmp_path, dns_zo
 
 
 def test_the_readmes_ports_taken_line_moves_every_port_run_opens():
-    from layang.cli.commands import run
+    from layang.cli.services import run
     from layang.config import Config
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import click
 
-from layang.cli.commands import EXISTING, STORE, Needs, Uses, db, emit, fail, prepare
-from layang.serving.preflight import sqlite_path
+from layang.cli.output import emit
+from layang.cli.startup import fail, prepare
+from layang.cli.uses import STORE, Uses
+from layang.serving.preflight import EXISTING, Needs, sqlite_path
 
 
 def backup_sqlite(source: Path, target: Path) -> None:
@@ -55,7 +57,7 @@ def backup_postgresql(url: str, target: Path) -> None:
 
 
 @Uses(Needs(EXISTING), STORE)
-@db.command("backup")
+@click.command("backup")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 def db_backup(path: Path) -> None:
     """Copy the database to PATH while Layang runs: SQLite's online backup (a database file),

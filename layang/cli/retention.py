@@ -7,21 +7,12 @@ from datetime import UTC, datetime
 
 import click
 
-from layang.cli.commands import (
-    EXISTING,
-    STORE,
-    Needs,
-    Uses,
-    account_named,
-    accounts_group,
-    domain_errors,
-    emit,
-    main,
-    open_db,
-    prepare,
-)
+from layang.cli.output import domain_errors, emit
+from layang.cli.startup import account_named, open_db, prepare
+from layang.cli.uses import STORE, Uses
 from layang.clock import iso_ms, now_ms
 from layang.domain import audit
+from layang.serving.preflight import EXISTING, Needs
 
 RETENTION = ("retention_days", "content_retention_days")
 
@@ -53,7 +44,7 @@ AS_OF = click.option(
 )
 
 
-@main.group("retention")
+@click.group("retention")
 def retention_group() -> None:
     """Retention: removing records, events, content and webhook history past their time."""
 
@@ -95,7 +86,7 @@ def retention_show(as_of: int | None) -> None:
     )
 
 
-@main.group("recipients")
+@click.group("recipients")
 def recipients_group() -> None:
     """A person's data in an account."""
 
@@ -131,7 +122,7 @@ def recipients_erase(email: str, account_name: str, suppression: bool) -> None:
 
 
 @Uses(Needs(EXISTING), STORE, RETENTION)
-@accounts_group.command("set")
+@click.command("set")
 @click.argument("name")
 @click.option("--retention-days", type=click.IntRange(1), help="Days records and events are kept.")
 @click.option(

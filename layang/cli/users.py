@@ -5,24 +5,16 @@ from __future__ import annotations
 
 import click
 
-from layang.cli.commands import (
-    EXISTING,
-    STORE,
-    Needs,
-    Uses,
-    account_named,
-    domain_errors,
-    emit,
-    main,
-    open_db,
-    prepare,
-)
+from layang.cli.output import domain_errors, emit
+from layang.cli.startup import account_named, open_db, prepare
+from layang.cli.uses import STORE, Uses
 from layang.clock import iso_ms, now_ms
 from layang.domain import people
 from layang.models import OWNER, ROLES
+from layang.serving.preflight import EXISTING, Needs
 
 
-@main.group("users")
+@click.group("users")
 def users_group() -> None:
     """People who sign in to the console."""
 

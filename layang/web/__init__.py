@@ -11,15 +11,19 @@ import flask
 from layang.web import (
     consent_page,
     console,
+    console_activity,
+    console_domains,
     console_guardrails,
     console_inbound,
     console_overview,
     console_people,
     console_queue,
+    console_recipients,
     console_scheduled,
     console_security,
     console_suppressions,
     console_team,
+    console_templates,
     console_tracking_domains,
     console_webhooks,
     error_pages,
@@ -38,6 +42,10 @@ consent_page.register(web)
 tracked_links.register(web)
 unsubscribe_page.register(web)
 console.register(web)
+console_activity.register(web)
+console_recipients.register(web)
+console_domains.register(web)
+console_templates.register(web)
 console_people.register(web)
 console_team.register(web)
 console_overview.register(web)
