@@ -40,6 +40,7 @@ class LeasedTable:
         rows, _ = write_relaxed(
             _claim_sql(self, is_postgresql()),
             (owner, now + int(lease_seconds * 1000), now, now, limit),
+            prepared=f"layang_claim_{self.table}",
         )
         return rows
 
