@@ -26,12 +26,20 @@ from layang.db import is_postgresql, write_relaxed
 class LeasedTable:
     """A table held as a queue. ``returning`` are the columns a claim returns; ``eligible`` is
     an SQL condition a row must also meet to be claimed (fixed text, no parameters); ``order``
-    which due rows are claimed first (fixed text)."""
+    which due rows are claimed first (fixed text).
+
+    ``every_row`` (fixed text) is a condition every row of the table meets, added to the claim
+    on PostgreSQL for the index it reads: when ``order`` starts with another column than
+    ``next_attempt_at``, the index on ``order`` finds the due rows by their second column, and
+    a scan of it reads past every row that is not due (the whole history of a partitioned
+    table) unless the first column is held to a list of values (``"priority" IN (0, 1)``);
+    then each value's scan ends at its last due row."""
 
     table: str
     returning: tuple[str, ...]
     eligible: str = ""
     order: str = '"next_attempt_at"'
+    every_row: str = ""
 
     def claim(self, owner: str, limit: int, lease_seconds: float) -> list[tuple[Any, ...]]:
         """Lease up to ``limit`` due rows to ``owner``; returns their ``returning`` columns,
@@ -91,6 +99,8 @@ class LeasedTable:
 @functools.cache
 def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
     eligible = f" AND {queue.eligible}" if queue.eligible else ""
+    if postgresql and queue.every_row:
+        eligible += f" AND {queue.every_row}"
     columns = ", ".join(f'"{column}"' for column in queue.returning)
     chosen = (
         f'SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
