@@ -276,7 +276,7 @@ def plans(account) -> dict[str, list[str]]:
 
     RECIPIENTS.release("bench", [r.id for r in claim_due_recipients("bench", 50, 60)])  # prepared
     now = now_ms()
-    claim_values = ("bench", now + 60_000, now, now, 50)
+    claim_values = (now, now, 50, "bench", now + 60_000)  # as LeasedTable.claim gives them
     claim = _claim_sql(RECIPIENTS, True).replace("?", "%s")
     query = records._activity_query(account, None, None, None, None, None)
     activity_sql, params = query.order_by(Recipient.id.desc()).limit(51).sql()

@@ -45,9 +45,11 @@ class LeasedTable:
         """Lease up to ``limit`` due rows to ``owner``; returns their ``returning`` columns,
         in no particular order."""
         now = now_ms()
+        postgresql = is_postgresql()
+        due, lease = (now, now, limit), (owner, now + int(lease_seconds * 1000))
         rows, _ = write_relaxed(
-            _claim_sql(self, is_postgresql()),
-            (owner, now + int(lease_seconds * 1000), now, now, limit),
+            _claim_sql(self, postgresql),
+            (*due, *lease) if postgresql else (*lease, *due),
             prepared=f"layang_claim_{self.table}",
         )
         return rows
@@ -107,11 +109,20 @@ def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
         f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
         f"ORDER BY {queue.order} LIMIT ?"
     )
+    if not postgresql:
+        return (
+            f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
+            f'WHERE "id" IN ({chosen}) RETURNING {columns}'
+        )
     # PostgreSQL planned "id IN (subquery)" as a hash join over a scan of the whole table
     # (every record ever kept, not only the queue); "= ANY(ARRAY(subquery))" looks the chosen
-    # rows up by key, whatever the table's size.
-    which = f"= ANY(ARRAY({chosen} FOR UPDATE SKIP LOCKED))" if postgresql else f"IN ({chosen})"
+    # rows up by key, whatever the table's size. The table is partitioned by "id": between the
+    # least and the greatest chosen id, only the partitions holding them are read (pruned as
+    # the statement runs), not every partition's key once per chosen row.
     return (
+        f"WITH chosen AS MATERIALIZED ({chosen} FOR UPDATE SKIP LOCKED) "
         f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
-        f'WHERE "id" {which} RETURNING {columns}'
+        'WHERE "id" = ANY(ARRAY(SELECT "id" FROM chosen)) '
+        'AND "id" >= (SELECT min("id") FROM chosen) AND "id" <= (SELECT max("id") FROM chosen) '
+        f"RETURNING {columns}"
     )
