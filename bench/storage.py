@@ -25,7 +25,7 @@ simulated 90 days of sending: ``bench/retention.py``.)
      alternating round by round), so that the machine's noise falls on both alike; after two
      rounds not counted, --rounds rounds give each figure's median, minimum and maximum, and the
      ratio of the medians. --keep keeps the two databases (``layang_storage_partitioned_<N>``)
-     and uses those an earlier run kept: building 10,000,000 records takes a quarter of an hour.
+     and uses those an earlier run kept: writing 10,000,000 records took half an hour here.
    - EXPLAIN (ANALYZE) of the claim (the prepared statement the queue runs, and the same SQL
      planned with its values) and of the Activity query in both.
 
