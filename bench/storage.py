@@ -1,239 +1,99 @@
-"""Database bytes per delivered message before and after content expiry, and database size over
-a simulated 90 days of steady sending, on SQLite and PostgreSQL.
+"""Database bytes per delivered message before and after content expiry, on SQLite and
+PostgreSQL; on PostgreSQL, the history tables' weekly partitions. (The database's size over a
+simulated 90 days of sending: ``bench/retention.py``.)
 
-Every message goes the service's own way: submitted through the HTTP API (the Flask app, no
-network), one recipient and a 5 KB text body, delivered by a worker (to a capture directory),
-then aged by retention (``layang.domain.retention.apply``, what the workers and ``layang retention
-run --as-of`` run). The process's wall clock is moved forward a day at a time, so ids, timestamps
-and retention all see the simulated date.
+1. Bytes per message: N messages are sent and delivered, each going the service's own way:
+   submitted through the HTTP API (the Flask app, no network), one recipient and a 5 KB text
+   body, delivered by a worker (to a capture directory). The database's compacted size (after
+   VACUUM, so free space does not count) grows by A bytes per message; with the process's wall
+   clock moved 8 days forward, once retention (``layang.domain.retention.apply``) expired their
+   content, by B.
 
-1. Bytes per message: N messages are sent and delivered; the database's compacted size (after
-   VACUUM, so free space does not count) grows by A bytes per message; 8 days later, once
-   retention expired their content, by B.
-2. Size over time: --per-day messages a day for --days days, retention applied at the end of each
-   day (plain VACUUM on PostgreSQL, as autovacuum would, so freed space is reused); the size of
-   the database on disk every ten days. With the defaults (45 days of records, 7 of content) it
-   grows for 45 days, then stays flat.
-
-3. Partitions (PostgreSQL, ``--partitions``): the history tables are partitioned by week
+2. Partitions (PostgreSQL, ``--partitions``): the history tables are partitioned by week
    (``layang.domain.partitions``). History is written with SQL (``generate_series``), not
    through the API, as it would be after weeks of sending: one message per ten records, one
-   event per record, spread over the 44 days before today, all delivered, plus 1,000 records
-   queued now. Measured:
+   event per record, spread over the 44 days before today, all delivered, in a partition per
+   week back to nine weeks ago, plus 1,000 records queued now. Measured:
    - dropping a week's partitions holding --drop-rows records (with their events and messages)
      as retention does (``partitions.drop_before``) against removing another such week's row by
      row, in retention's batches of 1,000 (what it did before, and still does on SQLite);
+     --drop-rows 0 leaves it out;
    - the delivery queue's claim (50 records, then handed back), the Activity API's first page
-     (``records.list_activity``) and the overview's 24-hour figures (``overview.activity``),
-     median of --rounds runs, with --small records in history, then with --history.
+     (``records.list_activity``) and the overview's 24-hour figures (``overview.activity``), in
+     two databases, one with --small records in history and one with --history. Each round
+     times each of the three once in each database, the two taken in turn (which goes first
+     alternating round by round), so that the machine's noise falls on both alike; after two
+     rounds not counted, --rounds rounds give each figure's median, minimum and maximum, and the
+     ratio of the medians. --keep keeps the two databases (``layang_storage_partitioned_<N>``)
+     and uses those an earlier run kept: writing 10,000,000 records took half an hour here.
+   - EXPLAIN (ANALYZE) of the claim (the prepared statement the queue runs, and the same SQL
+     planned with its values) and of the Activity query in both.
 
-    python bench/storage.py [--messages 1000] [--per-day 100] [--days 90] [--every 10]
-                            [--retention-days 45] [--content-days 7]
+    python bench/storage.py [--messages 1000] [--retention-days 45] [--content-days 7]
                             [--backend sqlite|postgresql|both]
                             [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
     python bench/storage.py --partitions [--history 10000000] [--small 10000]
-                            [--drop-rows 1000000] [--rounds 20] [--unpartitioned]
+                            [--drop-rows 1000000] [--rounds 50] [--keep] [--unpartitioned]
     python bench/storage.py --migrate-rows 1000000
 
-4. ``--migrate-rows N``: the time migration 34 takes on a database holding N records (one
+3. ``--migrate-rows N``: the time migration 34 takes on a database holding N records (one
    event each, one message per ten) at the schema before it; every row is still there after.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import logging
 import secrets
-import shutil
-import string
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.support.storage import (  # noqa: E402
+    BODY_BYTES,
+    DAY_MS,
+    Sender,
+    admin,
+    compacted_size,
+    config_for,
+    move_clock,
+    shift_clock,
+    throwaway,
+)
 from layang.clock import now_ms  # noqa: E402
-from layang.config import Config  # noqa: E402
-from layang.db import database, id_floor, is_postgresql  # noqa: E402
-from layang.delivery.worker import Worker  # noqa: E402
+from layang.db import database, id_floor  # noqa: E402
 from layang.domain import accounts, overview, partitions, records, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
-from layang.serving.app import create_app  # noqa: E402
-
-DAY_MS = 86_400_000
-BODY_BYTES = 5 * 1024
-_real_time_ns = time.time_ns
-_shift_ns = 0
-
-
-def _shifted_time_ns() -> int:
-    return _real_time_ns() + _shift_ns
-
-
-def move_clock(days: float) -> None:
-    """Move this process's wall clock ``days`` forward (monotonic clocks are left alone)."""
-    global _shift_ns
-    _shift_ns += int(days * DAY_MS) * 1_000_000
-
-
-def admin(url: str, sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    try:
-        conn.cursor().execute(sql)
-    finally:
-        conn.close()
-
-
-@contextmanager
-def throwaway(backend: str, admin_url: str, folder: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{folder / 'layang.db'}"
-        return
-    name = f"layang_storage_{secrets.token_hex(4)}"
-    admin(admin_url, f'CREATE DATABASE "{name}"')
-    parts = urlsplit(admin_url)
-    try:
-        yield urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
-    finally:
-        database.close()
-        admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def size_on_disk(url: str) -> int:
-    """The database's size as the file system sees it: SQLite's file after a checkpoint, or on
-    PostgreSQL every table of the schema with its indexes and TOAST (not the catalogs)."""
-    if is_postgresql():
-        return database.execute_sql(
-            "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n "
-            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-        ).fetchone()[0]
-    database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    return Path(url.split(":///", 1)[1]).stat().st_size
-
-
-def compacted_size(url: str) -> int:
-    """The database's size once VACUUM has given free space back: the bytes its data needs."""
-    if is_postgresql():
-        database.execute_sql("VACUUM FULL")
-    else:
-        database.execute_sql("VACUUM")
-    return size_on_disk(url)
-
-
-def body() -> str:
-    words = []
-    while sum(len(w) + 1 for w in words) < BODY_BYTES:
-        words.append("".join(secrets.choice(string.ascii_lowercase) for _ in range(7)))
-    return " ".join(words)[:BODY_BYTES]
-
-
-class Sender:
-    def __init__(self, config: Config, outbox: Path) -> None:
-        self.app = create_app(config)
-        logging.getLogger("layang").setLevel(logging.WARNING)  # one line per message otherwise
-        self.client = self.app.test_client()
-        account = accounts.create_account("bench", live=True)
-        self.auth = {"Authorization": f"Bearer {accounts.create_api_key(account)[1]}"}
-        self.worker = Worker(config, name="bench-worker")
-        self.outbox = outbox
-        self.sent = 0
-
-    def send(self, count: int) -> None:
-        for _ in range(count):
-            response = self.client.post(
-                "/v1/layang/transmissions",
-                headers=self.auth,
-                json={
-                    "from": {"email": "shop@sender.example"},
-                    "subject": "Your receipt",
-                    "to": [{"email": f"customer{self.sent}@rcpt.example"}],
-                    "bodyText": body(),
-                },
-            )
-            assert response.status_code == 200, response.get_json()
-            self.sent += 1
-        while self.worker.run_once():
-            pass
-        queued = Recipient.select().where(Recipient.next_attempt_at.is_null(False)).count()
-        assert queued == 0, f"{queued} messages were not delivered"
-        shutil.rmtree(self.outbox, ignore_errors=True)
-        self.outbox.mkdir()
 
 
 def run(backend: str, args: argparse.Namespace) -> dict[str, object]:
+    """Bytes per delivered message on a new database of ``backend``, content kept and expired."""
     # The clock only ever moves forward: ids are time-ordered and never go back in a process.
     with tempfile.TemporaryDirectory() as tmp, throwaway(backend, args.admin_url, Path(tmp)) as url:
-        outbox = Path(tmp) / "outbox"
-        outbox.mkdir()
-        config = Config(
-            data_dir=Path(tmp),
-            database_url=url,
-            relay_url=f"capture:{outbox}",
-            secret_key=secrets.token_urlsafe(32),
-            retention_days=args.retention_days,
-            content_retention_days=args.content_days,
-        )
-        sender = Sender(config, outbox)
+        config = config_for(url, Path(tmp), args.retention_days, args.content_days)
+        sender = Sender(config, Path(tmp) / "outbox")
         empty = compacted_size(url)
         sender.send(args.messages)
         delivered = compacted_size(url)
         move_clock(config.content_retention_days + 1)
         removed = retention.apply(config)
         expired = compacted_size(url)
-        per_message = {
-            "bytesPerMessageContentKept": round((delivered - empty) / args.messages),
-            "bytesPerMessageContentExpired": round((expired - empty) / args.messages),
-            "contentsExpired": removed.contents,
-        }
-        sender.worker.close()
-        database.close()
-
-    with tempfile.TemporaryDirectory() as tmp, throwaway(backend, args.admin_url, Path(tmp)) as url:
-        outbox = Path(tmp) / "outbox"
-        outbox.mkdir()
-        config = Config(
-            data_dir=Path(tmp),
-            database_url=url,
-            relay_url=f"capture:{outbox}",
-            secret_key=secrets.token_urlsafe(32),
-            retention_days=args.retention_days,
-            content_retention_days=args.content_days,
-        )
-        sender = Sender(config, outbox)
-        sizes = []
-        started = time.monotonic()
-        for day in range(1, args.days + 1):
-            partitions.make_ahead()  # as the workers do
-            sender.send(args.per_day)
-            move_clock(1)
-            retention.apply(config, now_ms())
-            if is_postgresql():
-                database.execute_sql("VACUUM")  # what autovacuum does, on time
-            if day % args.every == 0 or day == args.days:
-                records = Recipient.select().count()
-                sizes.append({"day": day, "bytes": size_on_disk(url), "records": records})
-                print(f"  {backend} day {day}: {sizes[-1]}", file=sys.stderr, flush=True)
         sender.worker.close()
         database.close()
     return {
         "backend": backend,
         "messages": args.messages,
         "bodyBytes": BODY_BYTES,
-        **per_message,
-        "perDay": args.per_day,
-        "retentionDays": config.retention_days,
-        "contentRetentionDays": config.content_retention_days,
-        "sizeByDay": sizes,
-        "seconds": round(time.monotonic() - started),
+        "bytesPerMessageContentKept": round((delivered - empty) / args.messages),
+        "bytesPerMessageContentExpired": round((expired - empty) / args.messages),
+        "contentsExpired": removed.contents,
     }
 
 
@@ -281,64 +141,201 @@ def fill(
     )
 
 
-def median_ms(action, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
+def history_url(admin_url: str, name: str) -> str:
+    parts = urlsplit(admin_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def build_history(admin_url: str, name: str, records: int, unpartitioned: bool) -> None:
+    """Database ``name``: ``records`` delivered records spread over the 44 days before today,
+    one partition per week back to nine weeks ago, and 1,000 records queued now. A table
+    ``bench_history`` marks it built, so that ``--keep`` can use it again."""
+    from layang.db import open_database
+    from layang.migrations import MIGRATIONS, upgrade
+
+    admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin(admin_url, f'CREATE DATABASE "{name}"')
+    open_database(history_url(admin_url, name))
+    # --unpartitioned: the schema as it was before migration 34, for comparison.
+    upgrade([m for m in MIGRATIONS if m.version < 34] if unpartitioned else MIGRATIONS)
+    database.execute_sql(_ULID)
+    account = accounts.create_account("bench", live=True)
+    today = now_ms() // DAY_MS * DAY_MS
+    # As after weeks of sending: a partition per week, back to nine weeks ago.
+    for table in partitions.TABLES if not unpartitioned else ():
+        database.execute_sql(f'ALTER TABLE "{table.name}" DETACH PARTITION "{table.name}_history"')
+        database.execute_sql(f'DROP TABLE "{table.name}_history"')
+    if not unpartitioned:
+        partitions.make_weeks(partitions.week_of(today - 63 * DAY_MS), partitions.week_of(today))
+    started = time.monotonic()
+    step = 1_000_000
+    for first in range(1, records + 1, step):
+        last = min(first + step - 1, records)
+        # Each million spread over the same 44 days, as steady sending would.
+        fill(account.id, 10_000_000 + first, 10_000_000 + last, today - 44 * DAY_MS, today - 1000)
+        print(f"  {name}: filled {last} in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+    fill(account.id, 1, 1000, now_ms() - 60_000, now_ms() - 1000, queued=True)
+    database.execute_sql("VACUUM ANALYZE")
+    database.execute_sql(f"CREATE TABLE bench_history AS SELECT {records} AS records")
+    database.close()
+
+
+def history_database(args: argparse.Namespace, records: int) -> str:
+    """The URL of a database of ``records`` in history: built now, or with ``--keep`` the one
+    an earlier run kept."""
+    kind = "unpartitioned" if args.unpartitioned else "partitioned"
+    name = f"layang_storage_{kind}_{records}"
+    if not args.keep:
+        name = f"layang_storage_{secrets.token_hex(4)}"
+    url = history_url(args.admin_url, name)
+    if args.keep:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(url)
+            try:
+                built = conn.cursor()
+                built.execute("SELECT records FROM bench_history")
+                if built.fetchone()[0] == records:
+                    print(f"  {name}: kept from an earlier run", file=sys.stderr, flush=True)
+                    return url
+            finally:
+                conn.close()
+        except psycopg2.Error:
+            pass
+    build_history(args.admin_url, name, records, args.unpartitioned)
+    return url
+
+
+def interleaved_times(urls: dict[str, str], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """The claim (50 records, then handed back untimed), the Activity API's first page and the
+    overview's 24 hours, each timed once per round in every database of ``urls``, the databases
+    taken in turn within a round (their order alternating round by round), so that the
+    machine's noise falls on all alike. Returns ms per database and measure, one per round."""
+    from layang.db import open_database
+    from layang.delivery.queue import RECIPIENTS, claim_due_recipients
+    from layang.models import Account
+
+    opened = {}
+    for label, url in urls.items():
+        db = open_database(url)
+        RECIPIENTS.release("bench")  # whatever an interrupted run left held
+        opened[label] = (db, Account.get(Account.name == "bench"))
+
+    def timed(action) -> float:
         started = time.perf_counter()
         action()
-        times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return round(times[len(times) // 2], 2)
+        return (time.perf_counter() - started) * 1000
 
-
-def query_times(account, rounds: int) -> dict[str, float]:
-    from layang.delivery.queue import RECIPIENTS, claim_due_recipients
-
-    def claim() -> list[str]:
-        return [r.id for r in claim_due_recipients("bench", 50, 60)]
-
-    def timed_claim() -> float:
-        started = time.perf_counter()
-        ids = claim()
-        elapsed = (time.perf_counter() - started) * 1000
+    def claim() -> None:
+        ids = [r.id for r in claim_due_recipients("bench", 50, 60)]
         assert len(ids) == 50
-        RECIPIENTS.release("bench", ids)  # handed back untimed, for the next round
-        return elapsed
+        claimed.extend(ids)
 
-    timed_claim()  # warm the caches once
-    records.list_activity(account, limit=50)
-    claims = sorted(timed_claim() for _ in range(rounds))
+    times: dict[str, dict[str, list[float]]] = {
+        label: {"claimMs": [], "activityMs": [], "overviewMs": []} for label in urls
+    }
+    labels = list(urls)
+    for round_ in range(-2, rounds):  # two rounds to warm the caches, not counted
+        for label in labels if round_ % 2 == 0 else labels[::-1]:
+            db, account = opened[label]
+            database.initialize(db)
+            claimed: list[str] = []
+            measured = {
+                "claimMs": timed(claim),
+                "activityMs": timed(functools.partial(records.list_activity, account, limit=50)),
+                "overviewMs": timed(
+                    functools.partial(overview.activity, account, overview.PERIODS["24h"])
+                ),
+            }
+            RECIPIENTS.release("bench", claimed)
+            if round_ >= 0:
+                for key, value in measured.items():
+                    times[label][key].append(value)
+    for db, _ in opened.values():
+        db.close()
+    return times
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
     return {
-        "claimMs": round(claims[len(claims) // 2], 2),
-        "activityMs": median_ms(lambda: records.list_activity(account, limit=50), rounds),
-        "overviewMs": median_ms(
-            lambda: overview.activity(account, overview.PERIODS["24h"]), rounds
-        ),
+        "median": round(statistics.median(values), 2),
+        "min": round(values[0], 2),
+        "max": round(values[-1], 2),
     }
 
 
 def plans(account) -> dict[str, list[str]]:
-    """EXPLAIN of the claim and Activity statements: which indexes they read."""
-    from layang.delivery.queue import RECIPIENTS
+    """EXPLAIN of the claim and Activity statements: which indexes they read. The claim as the
+    queue runs it (its prepared statement's generic plan), and as plain SQL, planned with its
+    values."""
+    from layang.delivery.queue import RECIPIENTS, claim_due_recipients
     from layang.queueing.leases import _claim_sql
 
+    RECIPIENTS.release("bench", [r.id for r in claim_due_recipients("bench", 50, 60)])  # prepared
     now = now_ms()
+    claim_values = (now, now, 50, "bench", now + 60_000)  # as LeasedTable.claim gives them
     claim = _claim_sql(RECIPIENTS, True).replace("?", "%s")
     query = records._activity_query(account, None, None, None, None, None)
     activity_sql, params = query.order_by(Recipient.id.desc()).limit(51).sql()
     shown = {}
     for name, sql, values in (
-        ("claim", claim, ("bench", now + 60_000, now, now, 50)),
+        ("claim", "EXECUTE layang_claim_recipient(%s, %s, %s, %s, %s)", claim_values),
+        ("claimPlanned", claim, claim_values),
         ("activity", activity_sql, params),
     ):
         with database.atomic() as transaction:
-            rows = database.execute_sql(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}", values).fetchall()
+            database.execute_sql("SET LOCAL plan_cache_mode TO force_generic_plan")
+            explain = f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {sql}"
+            rows = database.execute_sql(explain, values).fetchall()
             transaction.rollback()
         shown[name] = [row[0] for row in rows]
     return shown
 
 
 def run_partitions(args: argparse.Namespace) -> dict[str, object]:
+    result: dict[str, object] = {"backend": "postgresql", "partitioned": not args.unpartitioned}
+    if args.drop_rows:
+        result["dropPartition"] = measure_drop(args)
+        print(f"  {result['dropPartition']}", file=sys.stderr, flush=True)
+
+    # Query times with a small history and a large one, over the same 44 days, interleaved.
+    urls = {"small": history_database(args, args.small)}
+    urls["large"] = history_database(args, args.history)
+    started = time.monotonic()
+    times = interleaved_times(urls, args.rounds)
+    measured = {label: {k: summary(v) for k, v in kinds.items()} for label, kinds in times.items()}
+    result["queries"] = {
+        "rounds": args.rounds,
+        "seconds": round(time.monotonic() - started),
+        "small": {"records": args.small, **measured["small"]},
+        "large": {"records": args.history, **measured["large"]},
+        "ratio": {
+            k: round(measured["large"][k]["median"] / measured["small"][k]["median"], 2)
+            for k in measured["small"]
+        },
+    }
+    print(f"  {json.dumps(result['queries'])}", file=sys.stderr, flush=True)
+    from layang.db import open_database
+    from layang.models import Account
+
+    result["plans"] = {}
+    for label, url in urls.items():
+        db = open_database(url)
+        result["plans"][label] = plans(Account.get(Account.name == "bench"))
+        db.close()
+    if not args.keep:
+        for url in urls.values():
+            name = urlsplit(url).path[1:]
+            admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return result
+
+
+def measure_drop(args: argparse.Namespace) -> dict[str, object]:
+    """A week's partitions holding --drop-rows records dropped whole, against another such
+    week removed row by row."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         throwaway("postgresql", args.admin_url, Path(tmp)) as url,
@@ -347,21 +344,16 @@ def run_partitions(args: argparse.Namespace) -> dict[str, object]:
         from layang.migrations import MIGRATIONS, upgrade
 
         open_database(url)
-        # --unpartitioned: the schema as it was before migration 34, for comparison.
         upgrade([m for m in MIGRATIONS if m.version < 34] if args.unpartitioned else MIGRATIONS)
         database.execute_sql(_ULID)
         account = accounts.create_account("bench", live=True)
         today = now_ms() // DAY_MS * DAY_MS
-        # As after weeks of sending: a partition per week, back to nine weeks ago.
         for table in partitions.TABLES if not args.unpartitioned else ():
             database.execute_sql(
                 f'ALTER TABLE "{table.name}" DETACH PARTITION "{table.name}_history"'
             )
             database.execute_sql(f'DROP TABLE "{table.name}_history"')
         partitions.make_weeks(partitions.week_of(today - 63 * DAY_MS), partitions.week_of(today))
-        result: dict[str, object] = {"backend": "postgresql", "partitioned": not args.unpartitioned}
-
-        # A week dropped whole against a week removed row by row.
         n = args.drop_rows
         week = partitions.WEEK_MS
         dropped_week = partitions.week_of(today - 63 * DAY_MS)
@@ -383,49 +375,14 @@ def run_partitions(args: argparse.Namespace) -> dict[str, object]:
         delete_seconds = time.perf_counter() - started
         # Unpartitioned, the first day is still there and goes with the second.
         assert removed.records == (2 * n if args.unpartitioned else n), removed
-        result["dropPartition"] = {
-            "records": n,
-            "events": dropped.events,
-            "messages": dropped.messages,
-            "dropSeconds": round(drop_seconds, 3),
-            "rowByRowSeconds": round(delete_seconds, 1),
-        }
-        print(f"  {result['dropPartition']}", file=sys.stderr, flush=True)
-
-        # Query times with a small history, then a large one, over the same 44 days.
-        first, last = 10_000_001, 10_000_000 + args.small
-        history_begins, history_ends = today - 44 * DAY_MS, today - 1000
-        fill(account.id, first, last, history_begins, history_ends)
-        fill(account.id, 1, 1000, now_ms() - 60_000, now_ms() - 1000, queued=True)
-        database.execute_sql("VACUUM ANALYZE")
-        small = query_times(account, args.rounds)
-        small_plans = plans(account)
-        print(f"  {args.small} in history: {small}", file=sys.stderr, flush=True)
-        started = time.monotonic()
-        step = 1_000_000
-        for begin in range(last + 1, 10_000_000 + args.history + 1, step):
-            end = min(begin + step - 1, 10_000_000 + args.history)
-            # Each million spread over the same 44 days, as steady sending would.
-            fill(account.id, begin, end, history_begins, history_ends)
-            held = end - 10_000_000
-            print(f"  filled up to {held}: {time.monotonic() - started:.0f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            if held // step in (1, 2, 5) and held % step < args.small + 1:  # on the way
-                database.execute_sql("ANALYZE")
-                print(f"  {held} in history: {query_times(account, args.rounds)}",
-                      file=sys.stderr, flush=True)  # fmt: skip
-        database.execute_sql("VACUUM ANALYZE")
-        large = query_times(account, args.rounds)
-        print(f"  {args.history} in history: {large}", file=sys.stderr, flush=True)
-        result["queries"] = {
-            "small": {"records": args.small, **small},
-            "large": {"records": args.history, **large},
-            "ratio": {k: round(large[k] / small[k], 2) for k in small},
-            "fillSeconds": round(time.monotonic() - started),
-        }
-        result["plans"] = {"small": small_plans, "large": plans(account)}
         database.close()
-    return result
+    return {
+        "records": n,
+        "events": dropped.events,
+        "messages": dropped.messages,
+        "dropSeconds": round(drop_seconds, 3),
+        "rowByRowSeconds": round(delete_seconds, 1),
+    }
 
 
 def run_migration(args: argparse.Namespace) -> dict[str, object]:
@@ -467,18 +424,20 @@ def _count(table: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000)
-    parser.add_argument("--per-day", type=int, default=100)
-    parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--retention-days", type=int, default=45)
     parser.add_argument("--content-days", type=int, default=7)
-    parser.add_argument("--every", type=int, default=10, help="report the size every N days")
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    parser.add_argument("--partitions", action="store_true", help="measure partitions (see 3.)")
+    parser.add_argument("--partitions", action="store_true", help="measure partitions (see 2.)")
     parser.add_argument("--history", type=int, default=10_000_000)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--drop-rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with --partitions: keep the history databases, and use those an earlier run kept",
+    )
     parser.add_argument(
         "--unpartitioned", action="store_true", help="with --partitions: the schema before them"
     )
@@ -492,7 +451,7 @@ def main() -> None:
     if args.migrate_rows:
         print(json.dumps(run_migration(args)), flush=True)
         return
-    time.time_ns = _shifted_time_ns
+    shift_clock()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     for backend in backends:
         print(json.dumps(run(backend, args)), flush=True)

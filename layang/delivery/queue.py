@@ -29,6 +29,7 @@ from layang.models import (
     DELAY,
     DELIVERY,
     FINAL_STATES,
+    STREAM_PRIORITY,
     SUPPRESSED,
     Recipient,
 )
@@ -50,6 +51,8 @@ RECIPIENTS = LeasedTable(
     ),
     # Transactional mail (priority 0) first when both streams wait (contract 17).
     order='"priority", "next_attempt_at"',
+    # A record's priority is its stream's, one of these.
+    every_row=f'"priority" IN ({", ".join(str(p) for p in sorted(STREAM_PRIORITY.values()))})',
 )
 
 
@@ -133,6 +136,8 @@ def claim_due_recipients_besides(
     condition = (Recipient.next_attempt_at <= now) & (
         Recipient.lease_expires_at.is_null() | (Recipient.lease_expires_at < now)
     )
+    if is_postgresql():  # as RECIPIENTS.every_row: read only due records of the index
+        condition &= Recipient.priority.in_(sorted(STREAM_PRIORITY.values()))
     if accounts:
         condition &= Recipient.account.not_in(sorted(accounts))
     if excluding:

@@ -26,20 +26,31 @@ from layang.db import is_postgresql, write_relaxed
 class LeasedTable:
     """A table held as a queue. ``returning`` are the columns a claim returns; ``eligible`` is
     an SQL condition a row must also meet to be claimed (fixed text, no parameters); ``order``
-    which due rows are claimed first (fixed text)."""
+    which due rows are claimed first (fixed text).
+
+    ``every_row`` (fixed text) is a condition every row of the table meets, added to the claim
+    on PostgreSQL for the index it reads: when ``order`` starts with another column than
+    ``next_attempt_at``, the index on ``order`` finds the due rows by their second column, and
+    a scan of it reads past every row that is not due (the whole history of a partitioned
+    table) unless the first column is held to a list of values (``"priority" IN (0, 1)``);
+    then each value's scan ends at its last due row."""
 
     table: str
     returning: tuple[str, ...]
     eligible: str = ""
     order: str = '"next_attempt_at"'
+    every_row: str = ""
 
     def claim(self, owner: str, limit: int, lease_seconds: float) -> list[tuple[Any, ...]]:
         """Lease up to ``limit`` due rows to ``owner``; returns their ``returning`` columns,
         in no particular order."""
         now = now_ms()
+        postgresql = is_postgresql()
+        due, lease = (now, now, limit), (owner, now + int(lease_seconds * 1000))
         rows, _ = write_relaxed(
-            _claim_sql(self, is_postgresql()),
-            (owner, now + int(lease_seconds * 1000), now, now, limit),
+            _claim_sql(self, postgresql),
+            (*due, *lease) if postgresql else (*lease, *due),
+            prepared=f"layang_claim_{self.table}",
         )
         return rows
 
@@ -90,17 +101,28 @@ class LeasedTable:
 @functools.cache
 def _claim_sql(queue: LeasedTable, postgresql: bool) -> str:
     eligible = f" AND {queue.eligible}" if queue.eligible else ""
+    if postgresql and queue.every_row:
+        eligible += f" AND {queue.every_row}"
     columns = ", ".join(f'"{column}"' for column in queue.returning)
     chosen = (
         f'SELECT "id" FROM "{queue.table}" WHERE "next_attempt_at" <= ? '
         f'AND ("lease_expires_at" IS NULL OR "lease_expires_at" < ?){eligible} '
         f"ORDER BY {queue.order} LIMIT ?"
     )
+    if not postgresql:
+        return (
+            f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
+            f'WHERE "id" IN ({chosen}) RETURNING {columns}'
+        )
     # PostgreSQL planned "id IN (subquery)" as a hash join over a scan of the whole table
     # (every record ever kept, not only the queue); "= ANY(ARRAY(subquery))" looks the chosen
-    # rows up by key, whatever the table's size.
-    which = f"= ANY(ARRAY({chosen} FOR UPDATE SKIP LOCKED))" if postgresql else f"IN ({chosen})"
+    # rows up by key, whatever the table's size. The table is partitioned by "id": between the
+    # least and the greatest chosen id, only the partitions holding them are read (pruned as
+    # the statement runs), not every partition's key once per chosen row.
     return (
+        f"WITH chosen AS MATERIALIZED ({chosen} FOR UPDATE SKIP LOCKED) "
         f'UPDATE "{queue.table}" SET "lease_owner" = ?, "lease_expires_at" = ? '
-        f'WHERE "id" {which} RETURNING {columns}'
+        'WHERE "id" = ANY(ARRAY(SELECT "id" FROM chosen)) '
+        'AND "id" >= (SELECT min("id") FROM chosen) AND "id" <= (SELECT max("id") FROM chosen) '
+        f"RETURNING {columns}"
     )

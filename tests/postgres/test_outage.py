@@ -127,3 +127,21 @@ def test_requests_get_a_clean_503_while_the_database_is_down(unreachable_app, ap
 @pytest.fixture
 def api_key_secret() -> str:
     return "lyg_" + "a" * 43
+
+
+def test_the_claim_is_prepared_again_on_a_new_connection(queue_many, config):
+    from layang.delivery.queue import claim_due_recipients
+
+    def prepared() -> list[str]:
+        return [row[0] for row in database.execute_sql("SELECT name FROM pg_prepared_statements")]
+
+    queue_many(3)
+    assert len(claim_due_recipients("w1", 1, lease_seconds=60)) == 1
+    assert prepared() == ["layang_claim_recipient"]
+    assert end_other_sessions(config.database_url) >= 1
+    # A new connection: the statement is prepared there before it runs.
+    assert len(claim_due_recipients("w1", 1, lease_seconds=60)) == 1
+    assert prepared() == ["layang_claim_recipient"]
+    database.execute_sql("DEALLOCATE ALL")  # as a connection pooler's DISCARD ALL would
+    assert len(claim_due_recipients("w1", 5, lease_seconds=60)) == 1
+    assert Recipient.select().where(Recipient.lease_owner == "w1").count() == 3

@@ -312,3 +312,48 @@ def test_an_account_keeping_less_loses_its_rows_inside_a_kept_week(
     assert Recipient.get_or_none(Recipient.id == short_rid) is None
     assert Recipient.get_by_id(long_rid).status == "Delivery"
     assert f"recipient_p{week_of(made)}" in partition_names()
+
+
+def test_the_claim_sees_mail_queued_in_old_partitions(empty_database):  # noqa: F811
+    from layang.delivery.queue import RECIPIENTS, claim_due_recipients
+
+    open_database(empty_database())
+    upgrade()
+    acme = Account.create(name="acme", mode="live")
+    # Weeks of their own back to ten weeks ago, as after weeks of sending; older than every
+    # partition, a record lands in the default one.
+    for table in TABLES:
+        database.execute_sql(f'ALTER TABLE "{table}" DETACH PARTITION "{table}_history"')
+        database.execute_sql(f'DROP TABLE "{table}_history"')
+    this_week = partitions.week_of(now_ms())
+    partitions.make_weeks(this_week - 10 * WEEK_MS, this_week)
+    made = {
+        "old week": this_week - 10 * WEEK_MS + 1000,
+        "default": this_week - 60 * WEEK_MS,
+        "this week": now_ms() - 120_000,
+    }
+    queued = {where: store_mail(acme.id, at_ms, n, queued=True)[1]
+              for n, (where, at_ms) in enumerate(made.items())}  # fmt: skip
+    for n in range(20):  # history beside them, delivered
+        store_mail(acme.id, this_week - (n % 10) * WEEK_MS + 5000, 100 + n)
+    where = {
+        rid: database.execute_sql(
+            'SELECT tableoid::regclass::text FROM "recipient" WHERE "id" = %s', (rid,)
+        ).fetchone()[0]
+        for rid in queued.values()
+    }
+    assert where[queued["old week"]] == f"recipient_p{week_of(made['old week'])}"
+    assert where[queued["default"]] == "recipient_default"
+
+    # Many times: the prepared statement's plan is the same for every run.
+    for _ in range(8):
+        claimed = claim_due_recipients("w1", 10, lease_seconds=60)
+        # Oldest due first: the default partition's, then the old week's.
+        assert [r.id for r in claimed] == [
+            queued["default"],
+            queued["old week"],
+            queued["this week"],
+        ]
+        assert RECIPIENTS.release("w1") == 3
+    one = claim_due_recipients("w1", 1, lease_seconds=60)
+    assert [r.id for r in one] == [queued["default"]]
