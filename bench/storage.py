@@ -3,9 +3,9 @@ a simulated 90 days of steady sending, on SQLite and PostgreSQL.
 
 Every message goes the service's own way: submitted through the HTTP API (the Flask app, no
 network), one recipient and a 5 KB text body, delivered by a worker (to a capture directory),
-then aged by retention (``layang.domain.retention.apply``, what the workers and ``layang retention
-run --as-of`` run). The process's wall clock is moved forward a day at a time, so ids, timestamps
-and retention all see the simulated date.
+then aged by retention (``layang.lifecycle.retention.apply``, what the workers and ``layang
+retention run --as-of`` run). The process's wall clock is moved forward a day at a time, so ids,
+timestamps and retention all see the simulated date.
 
 1. Bytes per message: N messages are sent and delivered; the database's compacted size (after
    VACUUM, so free space does not count) grows by A bytes per message; 8 days later, once
@@ -16,7 +16,7 @@ and retention all see the simulated date.
    grows for 45 days, then stays flat.
 
 3. Partitions (PostgreSQL, ``--partitions``): the history tables are partitioned by week
-   (``layang.domain.partitions``). History is written with SQL (``generate_series``), not
+   (``layang.lifecycle.partitions``). History is written with SQL (``generate_series``), not
    through the API, as it would be after weeks of sending: one message per ten records, one
    event per record, spread over the 44 days before today, all delivered, plus 1,000 records
    queued now. Measured:
@@ -62,7 +62,8 @@ from layang.clock import now_ms  # noqa: E402
 from layang.config import Config  # noqa: E402
 from layang.db import database, id_floor, is_postgresql  # noqa: E402
 from layang.delivery.worker import Worker  # noqa: E402
-from layang.domain import accounts, overview, partitions, records, retention  # noqa: E402
+from layang.domain import accounts, overview, records  # noqa: E402
+from layang.lifecycle import partitions, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
 from layang.serving.app import create_app  # noqa: E402
 

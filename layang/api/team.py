@@ -12,8 +12,8 @@ from marshmallow import fields, validate
 from layang.api import Blueprint
 from layang.api.fields import ISO_8601, CompatSchema, Timestamp
 from layang.clock import now_ms
-from layang.domain import audit, people
 from layang.models import ADMIN, ROLES
+from layang.team import audit, people
 
 blp = Blueprint("team", __name__, description="The people who sign in to the console.")
 

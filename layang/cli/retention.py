@@ -21,7 +21,7 @@ from layang.cli.commands import (
     prepare,
 )
 from layang.clock import iso_ms, now_ms
-from layang.domain import audit
+from layang.team import audit
 
 RETENTION = ("retention_days", "content_retention_days")
 
@@ -64,7 +64,7 @@ def retention_group() -> None:
 def retention_run(as_of: int | None) -> None:
     """Remove now what retention no longer keeps (the worker does it every few minutes);
     prints {"asOf", "records", "events", "messages", "contents", "webhookDeliveries"}."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -79,7 +79,7 @@ def retention_run(as_of: int | None) -> None:
 def retention_show(as_of: int | None) -> None:
     """Count what `retention run` would remove, removing nothing; prints the same object with
     the service's settings ("retentionDays", "contentRetentionDays")."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -108,7 +108,7 @@ def recipients_group() -> None:
 def recipients_erase(email: str, account_name: str, suppression: bool) -> None:
     """Erase EMAIL from one account: its records, events, undelivered webhook events and the
     messages sent only to it (GDPR art. 17); prints {"email", "records", "events", "messages"}."""
-    from layang.domain.erasure import erase_recipient
+    from layang.lifecycle.erasure import erase_recipient
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -156,7 +156,7 @@ def accounts_set(
 ) -> None:
     """Set account NAME's retention; prints {"name", "mode", "retentionDays", "contentDays",
     "storeContent"} as in force."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)

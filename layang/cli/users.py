@@ -18,8 +18,8 @@ from layang.cli.commands import (
     prepare,
 )
 from layang.clock import iso_ms, now_ms
-from layang.domain import people
 from layang.models import OWNER, ROLES
+from layang.team import people
 
 
 @main.group("users")

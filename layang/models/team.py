@@ -120,7 +120,7 @@ class AuditEntry(BaseModel):
     ``actor`` ("user:<email>", "key:<id>" or "system"), ``action`` (a dotted verb such as
     ``template.updated``, ``recipient.erased``), ``target`` (what was changed; never a
     recipient's address, an erasure names its SHA-256), ``source`` (the client's IP address, or
-    "cli"), ``detail`` (a JSON object). Written by ``layang.domain.audit.record``."""
+    "cli"), ``detail`` (a JSON object). Written by ``layang.team.audit.record``."""
 
     id = peewee.AutoField()
     account = peewee.ForeignKeyField(Account, null=True, on_delete="CASCADE", index=False)

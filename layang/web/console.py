@@ -20,15 +20,7 @@ from flask import current_app, flash, redirect, render_template, request, sessio
 
 import templates_store
 from layang.clock import iso_ms
-from layang.domain import (
-    audit,
-    console_sessions,
-    message_view,
-    people,
-    records,
-    sandbox,
-    sending_domains,
-)
+from layang.domain import message_view, records, sandbox, sending_domains
 from layang.domain.errors import (
     Forbidden,
     LayangError,
@@ -55,6 +47,7 @@ from layang.models import (
     VIEWER,
     Account,
 )
+from layang.team import audit, key_sessions, people
 from layang.web.csrf import FormExpired
 from layang.web.line_breaks import reply_gist, with_breaks
 
@@ -131,7 +124,7 @@ def _signed_in_person() -> bool:
         flask.g.console_actor = audit.user_actor(found.user.email)
         return True
     token = session.get("sid")
-    key = console_sessions.session_key(token) if token else None
+    key = key_sessions.session_key(token) if token else None
     if key is None or not key_signin_allowed(key.account_id):
         return False
     flask.g.console_user = None

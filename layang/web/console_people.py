@@ -12,11 +12,11 @@ import flask
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 
 from layang.clock import now_ms
-from layang.domain import audit, console_sessions, passkeys, people
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import InvalidInput, NotFound
 from layang.models import SEND, Account, ConsoleUser
 from layang.sealing import KeyUnavailable, seal, unseal
+from layang.team import audit, key_sessions, passkeys, people
 from layang.web.console import (
     client_address,
     key_signin_allowed,
@@ -70,7 +70,7 @@ def _key_login() -> tuple[str | None, Any]:
     if not key_signin_allowed(credential.account):
         return "This account's people sign in with their email and password.", None
     _fresh_session()
-    session["sid"] = console_sessions.open_session(credential.key_id)
+    session["sid"] = key_sessions.open_session(credential.key_id)
     audit.record(
         credential.account,
         audit.key_actor(credential.key_id),
@@ -218,7 +218,7 @@ def logout() -> Any:
     if session.get("user_sid"):
         people.end_session(session["user_sid"])
     if session.get("sid"):
-        console_sessions.end_session(session["sid"])
+        key_sessions.end_session(session["sid"])
     session.clear()
     flash("You are signed out.")
     return redirect(url_for("web.console_login"))

@@ -1,7 +1,7 @@
 """The console's Team, API keys and Audit pages (CONTRACT section 21). Who may post which form
 is ``layang.web.console.role_needed``'s table; the rules that depend on what is posted (an
 admin never touches an owner, a developer issues only send and read keys) are checked here and
-in ``layang.domain.people``."""
+in ``layang.team.people``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import flask
 from flask import current_app, flash, redirect, render_template, request, url_for
 
-from layang.domain import accounts, audit, people
+from layang.domain import accounts
 from layang.domain.errors import LayangError, NotFound, RoleNeeded
 from layang.models import ADMIN, FULL, READ, ROLES, SCOPES, SEND, Account, ApiKey
+from layang.team import audit, people
 from layang.web.console import client_address, day_bound, signed_in
 
 # What a developer may issue or revoke; a full key needs an admin.

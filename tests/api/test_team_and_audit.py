@@ -12,8 +12,10 @@ import pyotp
 import pytest
 
 from layang.clock import now_ms
-from layang.domain import accounts, audit, housekeeping, people
+from layang.domain import accounts
+from layang.lifecycle import housekeeping
 from layang.models import ConsoleUser
+from layang.team import audit, people
 from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
@@ -77,7 +79,7 @@ def test_changes_by_a_key_are_in_the_audit_log(client, account, auth):
 
 
 def people_hash(address):
-    from layang.domain.audit import address_hash
+    from layang.team.audit import address_hash
 
     return address_hash(address)
 

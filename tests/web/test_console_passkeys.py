@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from layang.domain import accounts, passkeys, people
+from layang.domain import accounts
 from layang.models import ConsoleUser
+from layang.team import passkeys, people
 from tests.support.browser import screenshot
 
 PASSWORD = "a long enough passphrase"

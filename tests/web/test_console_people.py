@@ -10,7 +10,8 @@ import time
 
 import pyotp
 
-from layang.domain import accounts, people
+from layang.domain import accounts
+from layang.team import people
 from tests.conftest import drain
 from tests.support.browser import screenshot
 

@@ -23,7 +23,6 @@ import pyotp
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import write_relaxed, write_transaction
-from layang.domain import audit
 from layang.domain.errors import Conflict, InvalidInput, NotFound, RoleNeeded
 from layang.mail.message import InvalidAddress, Mailbox, OutgoingMessage, normalize_address
 from layang.mail.outbox import queue_message
@@ -39,6 +38,7 @@ from layang.models import (
     UserToken,
 )
 from layang.sealing import seal, unseal
+from layang.team import audit
 
 SETUP, INVITE, RESET = "setup", "invite", "reset"
 LINK_LIFETIME_MS = {SETUP: 72 * 3600_000, INVITE: 72 * 3600_000, RESET: 3600_000}
