@@ -19,7 +19,7 @@ from layang.cli.commands import (
 )
 from layang.clock import iso_ms, now_ms
 from layang.models import OWNER, ROLES
-from layang.team import people
+from layang.team import invitations, links, people
 
 
 @main.group("users")
@@ -47,15 +47,15 @@ def users_create(email: str, account_name: str, role: str) -> None:
     open_db(config, EXISTING)
     with domain_errors():
         account = account_named(account_name, config)
-        user, token = people.create_user(email, account, role)
+        user, token = invitations.create_user(email, account, role)
     emit(
         {
             "id": user.id,
             "email": user.email,
             "account": account.name,
             "role": role,
-            "setupLink": people.link_url(config, people.SETUP, token),
-            "expiresAt": iso_ms(now_ms() + people.LINK_LIFETIME_MS[people.SETUP]),
+            "setupLink": links.link_url(config, links.SETUP, token),
+            "expiresAt": iso_ms(now_ms() + links.LINK_LIFETIME_MS[links.SETUP]),
         }
     )
 

@@ -12,7 +12,7 @@ from layang.clock import now_ms
 from layang.db import write_transaction
 from layang.mail.reputation import WINDOW_MS, bucket_of
 from layang.models import BreakerCount, IdempotencyAnswer, IdempotencyKey, RateWindow
-from layang.team import audit, key_sessions, people
+from layang.team import audit, key_sessions, links, passwords, sessions
 
 INTERVAL_SECONDS = 300.0
 
@@ -30,7 +30,9 @@ def delete_expired(now: int | None = None) -> int:
             BreakerCount.delete().where(BreakerCount.bucket < bucket_of(now - WINDOW_MS)).execute()
         )
     deleted += key_sessions.delete_expired(now)
-    deleted += people.delete_expired(now)
+    deleted += sessions.delete_expired(now)
+    deleted += links.delete_expired(now)
+    deleted += passwords.delete_expired(now)
     with write_transaction(durable=False):
         deleted += audit.expire(now - audit.KEEP_MS)
     return deleted

@@ -47,7 +47,7 @@ from layang.models import (
     VIEWER,
     Account,
 )
-from layang.team import audit, key_sessions, people
+from layang.team import audit, key_sessions, people, sessions
 from layang.web.csrf import FormExpired
 from layang.web.line_breaks import reply_gist, with_breaks
 
@@ -115,7 +115,7 @@ def _signed_in_person() -> bool:
     ``console_user``, ``console_actor``); False when nobody is."""
     user_token = session.get("user_sid")
     if user_token:
-        found = people.session_of(user_token)
+        found = sessions.session_of(user_token)
         if found is None:
             return False
         flask.g.console_user = found.user

@@ -14,7 +14,7 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from layang.domain import accounts
 from layang.domain.errors import LayangError, NotFound, RoleNeeded
 from layang.models import ADMIN, FULL, READ, ROLES, SCOPES, SEND, Account, ApiKey
-from layang.team import audit, people
+from layang.team import audit, invitations, people, two_factor
 from layang.web.console import client_address, day_bound, signed_in
 
 # What a developer may issue or revoke; a full key needs an admin.
@@ -30,7 +30,7 @@ def team_page(account: Account) -> Any:
     if request.method == "POST":
         email = request.form.get("email", "")
         try:
-            people.invite(
+            invitations.invite(
                 account,
                 email,
                 request.form.get("role", ""),
@@ -47,8 +47,8 @@ def team_page(account: Account) -> Any:
     return render_template(
         "console/team.html",
         members=people.team(account),
-        invitations=people.pending_invitations(account),
-        second_factor=people.with_second_factor(account),
+        invitations=invitations.pending_invitations(account),
+        second_factor=two_factor.with_second_factor(account),
         roles=ROLES,
         my_role=flask.g.console_role,
         me=getattr(flask.g.get("console_user"), "id", None),
@@ -88,7 +88,7 @@ def member_action(account: Account, user_id: str, action: str) -> Any:
 @signed_in
 def settings(account: Account) -> Any:
     required = request.form.get("two_factor") == "required"
-    people.require_two_factor(account, required, actor=_actor(), source=client_address())
+    two_factor.require_two_factor(account, required, actor=_actor(), source=client_address())
     flash(
         "Everyone in this account now needs a second factor to sign in."
         if required
