@@ -6,7 +6,7 @@ network), one recipient and a 5 KB text body, delivered by a worker (to a captur
 The process's wall clock is moved forward a day at a time, so ids, timestamps, partitions and
 retention all see the simulated date. Each day: the week's partitions made ahead (PostgreSQL, as
 the workers do), --per-day messages sent and delivered, the clock moved a day, retention applied
-(``layang.domain.retention.apply``, what the workers and ``layang retention run --as-of`` run),
+(``layang.lifecycle.retention.apply``, what the workers and ``layang retention run --as-of`` run),
 then on PostgreSQL a plain VACUUM (what autovacuum does, on time: freed space is reused). The
 database's size on disk (SQLite's file; PostgreSQL's tables with their indexes and TOAST) and its
 record count are printed every --every days.
@@ -44,7 +44,7 @@ from bench.support.storage import (  # noqa: E402
 )
 from layang.clock import now_ms  # noqa: E402
 from layang.db import database, is_postgresql  # noqa: E402
-from layang.domain import partitions, retention  # noqa: E402
+from layang.lifecycle import partitions, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
 
 

@@ -6,11 +6,11 @@ simulated 90 days of sending: ``bench/retention.py``.)
    submitted through the HTTP API (the Flask app, no network), one recipient and a 5 KB text
    body, delivered by a worker (to a capture directory). The database's compacted size (after
    VACUUM, so free space does not count) grows by A bytes per message; with the process's wall
-   clock moved 8 days forward, once retention (``layang.domain.retention.apply``) expired their
+   clock moved 8 days forward, once retention (``layang.lifecycle.retention.apply``) expired their
    content, by B.
 
 2. Partitions (PostgreSQL, ``--partitions``): the history tables are partitioned by week
-   (``layang.domain.partitions``). History is written with SQL (``generate_series``), not
+   (``layang.lifecycle.partitions``). History is written with SQL (``generate_series``), not
    through the API, as it would be after weeks of sending: one message per ten records, one
    event per record, spread over the 44 days before today, all delivered, in a partition per
    week back to nine weeks ago, plus 1,000 records queued now. Measured:
@@ -69,7 +69,8 @@ from bench.support.storage import (  # noqa: E402
 )
 from layang.clock import now_ms  # noqa: E402
 from layang.db import database, id_floor  # noqa: E402
-from layang.domain import accounts, overview, partitions, records, retention  # noqa: E402
+from layang.domain import accounts, overview, records  # noqa: E402
+from layang.lifecycle import partitions, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
 
 

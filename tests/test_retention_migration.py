@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from layang.db import database, id_floor, open_database
-from layang.domain import retention
+from layang.lifecycle import retention
 from layang.migrations import MIGRATIONS, upgrade
 from layang.models import Account, Event, Recipient, Transmission
 from tests.conftest import BACKENDS

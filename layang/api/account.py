@@ -12,8 +12,8 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint
 from layang.config import MAX_RETENTION_DAYS
-from layang.domain import audit
-from layang.domain.retention import AccountRetention, account_retention, change_retention
+from layang.lifecycle.retention import AccountRetention, account_retention, change_retention
+from layang.team import audit
 
 blp = Blueprint("account", __name__, description="The account and how long it keeps its data.")
 
@@ -29,7 +29,7 @@ STORE_CONTENT = "false: content is removed as soon as every recipient is final (
 
 
 class AccountSchema(ma.Schema):
-    """Dumps a :class:`layang.domain.retention.AccountRetention`."""
+    """Dumps a :class:`layang.lifecycle.retention.AccountRetention`."""
 
     name = fields.String()
     mode = fields.String(metadata={"description": "sandbox or live."})

@@ -14,7 +14,7 @@ from marshmallow import fields, validate
 
 from layang.api import Blueprint
 from layang.api.fields import ISO_8601, CursorQuerySchema, Timestamp, page_schema
-from layang.domain import audit
+from layang.team import audit
 
 blp = Blueprint("audit", __name__, description="Who changed what, when, and from where.")
 

@@ -12,14 +12,14 @@ from marshmallow import fields
 
 from layang.api import Blueprint
 from layang.api.fields import ErrorSchema
-from layang.domain import audit
-from layang.domain.erasure import Erasure, erase_recipient
+from layang.lifecycle.erasure import Erasure, erase_recipient
+from layang.team import audit
 
 blp = Blueprint("recipients", __name__, description="Erasing a person's data (GDPR art. 17).")
 
 
 class ErasureSchema(ma.Schema):
-    """Dumps a :class:`layang.domain.erasure.Erasure`."""
+    """Dumps a :class:`layang.lifecycle.erasure.Erasure`."""
 
     email = fields.String(metadata={"description": "The address erased, lower-cased."})
     records = fields.Integer(metadata={"description": "Activity records removed."})

@@ -12,8 +12,8 @@ from marshmallow import fields, validate
 from layang.api import Blueprint
 from layang.api.fields import ISO_8601, CompatSchema, Timestamp
 from layang.clock import now_ms
-from layang.domain import audit, people
 from layang.models import ADMIN, ROLES
+from layang.team import audit, invitations, links
 
 blp = Blueprint("team", __name__, description="The people who sign in to the console.")
 
@@ -47,7 +47,7 @@ class Invitations(MethodView):
         once, for 72 hours, to join the account with the role given. The answer is the same
         whether or not the address is a user or a member already.
         """
-        people.invite(
+        invitations.invite(
             g.account,
             data["email"],
             data["role"],
@@ -60,5 +60,5 @@ class Invitations(MethodView):
         return {
             "email": data["email"].strip(),
             "role": data["role"],
-            "expires_at": now_ms() + people.LINK_LIFETIME_MS[people.INVITE],
+            "expires_at": now_ms() + links.LINK_LIFETIME_MS[links.INVITE],
         }

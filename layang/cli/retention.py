@@ -11,8 +11,8 @@ from layang.cli.output import domain_errors, emit
 from layang.cli.startup import account_named, open_db, prepare
 from layang.cli.uses import STORE, Uses
 from layang.clock import iso_ms, now_ms
-from layang.domain import audit
 from layang.serving.preflight import EXISTING, Needs
+from layang.team import audit
 
 RETENTION = ("retention_days", "content_retention_days")
 
@@ -55,7 +55,7 @@ def retention_group() -> None:
 def retention_run(as_of: int | None) -> None:
     """Remove now what retention no longer keeps (the worker does it every few minutes);
     prints {"asOf", "records", "events", "messages", "contents", "webhookDeliveries"}."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -70,7 +70,7 @@ def retention_run(as_of: int | None) -> None:
 def retention_show(as_of: int | None) -> None:
     """Count what `retention run` would remove, removing nothing; prints the same object with
     the service's settings ("retentionDays", "contentRetentionDays")."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -99,7 +99,7 @@ def recipients_group() -> None:
 def recipients_erase(email: str, account_name: str, suppression: bool) -> None:
     """Erase EMAIL from one account: its records, events, undelivered webhook events and the
     messages sent only to it (GDPR art. 17); prints {"email", "records", "events", "messages"}."""
-    from layang.domain.erasure import erase_recipient
+    from layang.lifecycle.erasure import erase_recipient
 
     config, _ = prepare()
     open_db(config, EXISTING)
@@ -147,7 +147,7 @@ def accounts_set(
 ) -> None:
     """Set account NAME's retention; prints {"name", "mode", "retentionDays", "contentDays",
     "storeContent"} as in force."""
-    from layang.domain import retention
+    from layang.lifecycle import retention
 
     config, _ = prepare()
     open_db(config, EXISTING)

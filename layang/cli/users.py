@@ -9,9 +9,9 @@ from layang.cli.output import domain_errors, emit
 from layang.cli.startup import account_named, open_db, prepare
 from layang.cli.uses import STORE, Uses
 from layang.clock import iso_ms, now_ms
-from layang.domain import people
 from layang.models import OWNER, ROLES
 from layang.serving.preflight import EXISTING, Needs
+from layang.team import invitations, links, people
 
 
 @click.group("users")
@@ -39,15 +39,15 @@ def users_create(email: str, account_name: str, role: str) -> None:
     open_db(config, EXISTING)
     with domain_errors():
         account = account_named(account_name, config)
-        user, token = people.create_user(email, account, role)
+        user, token = invitations.create_user(email, account, role)
     emit(
         {
             "id": user.id,
             "email": user.email,
             "account": account.name,
             "role": role,
-            "setupLink": people.link_url(config, people.SETUP, token),
-            "expiresAt": iso_ms(now_ms() + people.LINK_LIFETIME_MS[people.SETUP]),
+            "setupLink": links.link_url(config, links.SETUP, token),
+            "expiresAt": iso_ms(now_ms() + links.LINK_LIFETIME_MS[links.SETUP]),
         }
     )
 

@@ -19,7 +19,7 @@ and sends nothing. A process that dies between claim and commit leaves a claim w
 after ``CLAIM_TIMEOUT_MS`` (longer than a request may run) a repeat takes it over.
 
 Keys and answers expire after ``KEY_LIFETIME_MS``; the worker deletes them
-(``layang.domain.housekeeping``). An answer recorded by ``record`` (any request but a send) may
+(``layang.lifecycle.housekeeping``). An answer recorded by ``record`` (any request but a send) may
 carry a secret (a webhook's signing secret), so it is stored sealed (``layang.sealing``), bound
 to its account and key, and opened again to be replayed.
 """

@@ -15,8 +15,9 @@ To change the schema:
 
 1. add ``vNNN_<what_it_does>.py`` with the next number (new tables, ``ALTER TABLE … ADD
    COLUMN``, indexes, triggers), copying any helper it needs into it;
-2. change ``layang/models.py`` to match (``tests/test_migrations.py`` compares the two, and
-   upgrades a database stopped after every version);
+2. change ``layang/models/`` to match, a new model handed on by its ``__init__.py`` and added
+   to ``MODELS`` (``tests/test_migrations.py`` compares the two, and upgrades a database
+   stopped after every version);
 3. regenerate ``docs/schema.sql``:
    ``python -m layang.migrations.schema --postgresql URL > docs/schema.sql``;
 4. once released, add its digest to ``RELEASED`` in ``tests/test_schema.py``, which fails when

@@ -58,7 +58,7 @@ HEADER = f"""\
 -- Partitioned by week on PostgreSQL (migration 34; each "PARTITION BY" below): transmission,
 --   transmission_tag, payload_chunk, recipient, event, webhook_delivery, webhook_attempt,
 --   webhook_event. Their partitions (<table>_history, <table>_pYYYYMMDD, <table>_default) are
---   made and dropped by layang/domain/partitions.py and not listed here.
+--   made and dropped by layang/lifecycle/partitions.py and not listed here.
 -- The circuit breaker's counters ("breaker_count") are not kept by a trigger: layang/mail/
 -- reputation.py adds to them in the same transaction as the events they count.
 """

@@ -23,7 +23,7 @@ copied: it is renamed ``<table>_history`` and attached as the partition of every
 the week after the one of its newest row or of today (``MINVALUE`` up to that Monday), so no
 row moves and none is lost. Then come weekly partitions ``<table>_pYYYYMMDD`` (named by their
 Monday) for that week and those that begin within 14 days (the workers make the following ones
-ahead, ``layang.domain.partitions``) and a ``<table>_default`` partition for any row outside
+ahead, ``layang.lifecycle.partitions``) and a ``<table>_default`` partition for any row outside
 them (a clock far off), which retention ages row by row. Weeks, not days: every statement on a
 partitioned table is planned over its partitions, and the delivery queue's claim, planned
 hundreds of times a minute, grew by milliseconds with the 55 partitions 45 days would take.
@@ -34,7 +34,7 @@ unique, as their sequence or ``new_id`` makes them. Foreign keys between these t
 dropped: detaching a partition that another table's key references makes PostgreSQL scan the
 whole referencing table under an exclusive lock, which is the cost partitions are there to
 avoid. The partitions are aligned instead (a record's events share its partition's range), and
-whatever removes rows removes their dependants itself (``layang.domain.retention``). Keys to
+whatever removes rows removes their dependants itself (``layang.lifecycle.retention``). Keys to
 the tables that are not partitioned (``account``, ``webhook_endpoint``) stay.
 
 SQLite keeps its tables as they are.

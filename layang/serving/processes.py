@@ -168,7 +168,8 @@ def start_worker(config: Config, metrics_listener: socket.socket | None = None) 
 
         serve_process_metrics(metrics_listener)
     from layang.destinations import tlsrpt
-    from layang.domain import housekeeping, inbound_mail, partitions, retention
+    from layang.domain import inbound_mail
+    from layang.lifecycle import housekeeping, partitions, retention
 
     # Yesterday's TLS-RPT reports go out once, from whichever worker gets there first.
     return Worker(

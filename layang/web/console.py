@@ -18,10 +18,10 @@ import flask
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 
 from layang.clock import iso_ms
-from layang.domain import audit, console_sessions, people
 from layang.domain.errors import Forbidden, RoleNeeded
 from layang.mail.idn import display_form
 from layang.models import ADMIN, DEVELOPER, FULL, OWNER, READ, VIEWER, Account
+from layang.team import audit, key_sessions, people, sessions
 from layang.web.csrf import FormExpired
 from layang.web.line_breaks import reply_gist, with_breaks
 
@@ -86,7 +86,7 @@ def _signed_in_person() -> bool:
     ``console_user``, ``console_actor``); False when nobody is."""
     user_token = session.get("user_sid")
     if user_token:
-        found = people.session_of(user_token)
+        found = sessions.session_of(user_token)
         if found is None:
             return False
         flask.g.console_user = found.user
@@ -95,7 +95,7 @@ def _signed_in_person() -> bool:
         flask.g.console_actor = audit.user_actor(found.user.email)
         return True
     token = session.get("sid")
-    key = console_sessions.session_key(token) if token else None
+    key = key_sessions.session_key(token) if token else None
     if key is None or not key_signin_allowed(key.account_id):
         return False
     flask.g.console_user = None

@@ -12,11 +12,28 @@ import flask
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 
 from layang.clock import now_ms
-from layang.domain import audit, console_sessions, passkeys, people
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import InvalidInput, NotFound
 from layang.models import SEND, Account, ConsoleUser
 from layang.sealing import KeyUnavailable, seal, unseal
+from layang.team import (
+    audit,
+    key_sessions,
+    links,
+    passkeys,
+    passwords,
+    people,
+    sessions,
+)
+from layang.team.two_factor import (
+    check_totp,
+    enrol_totp,
+    has_second_factor,
+    has_totp,
+    new_totp_seed,
+    totp_uri,
+    two_factor_required,
+)
 from layang.web.console import (
     client_address,
     key_signin_allowed,
@@ -55,7 +72,7 @@ def _start_session(user: ConsoleUser) -> Any:
     mine = people.memberships(user)
     _fresh_session()
     account = mine[0].account if mine else None
-    session["user_sid"] = people.open_session(
+    session["user_sid"] = sessions.open_session(
         user, account, client_address(), request.headers.get("User-Agent", "")
     )
     return redirect(target)
@@ -70,7 +87,7 @@ def _key_login() -> tuple[str | None, Any]:
     if not key_signin_allowed(credential.account):
         return "This account's people sign in with their email and password.", None
     _fresh_session()
-    session["sid"] = console_sessions.open_session(credential.key_id)
+    session["sid"] = key_sessions.open_session(credential.key_id)
     audit.record(
         credential.account,
         audit.key_actor(credential.key_id),
@@ -96,10 +113,10 @@ def login() -> Any:
         else:
             email = request.form.get("email", "").strip()
             password = request.form.get("password", "")
-            if people.throttled(email, client_address()):
+            if passwords.throttled(email, client_address()):
                 error, status = "Too many attempts; wait a few minutes and try again.", 429
             else:
-                check = people.sign_in_password(email, password, client_address(), _config())
+                check = passwords.sign_in_password(email, password, client_address(), _config())
                 if check.user is None:
                     error, status = WRONG, 401
                 else:
@@ -118,10 +135,10 @@ def _after_password(user: ConsoleUser) -> Any:
     target = request.args.get("next")
     _fresh_session()
     session["next"] = safe_next(target)
-    if people.has_second_factor(user):
+    if has_second_factor(user):
         session["pending"] = {"user": user.id, "at": now_ms()}
         return redirect(url_for("web.console_login_code"))
-    if people.two_factor_required(user):
+    if two_factor_required(user):
         session["enrol"] = {"user": user.id, "at": now_ms()}
         flash("Your account requires a second factor: set it up to finish signing in.")
         return redirect(url_for("web.console_two_factor"))
@@ -138,7 +155,7 @@ def login_code() -> Any:
     if request.method == "POST":
         require_csrf()
         challenge = bytes.fromhex(session.pop("passkey_challenge", ""))
-        if people.throttled(user.email, client_address()):
+        if passwords.throttled(user.email, client_address()):
             error = "Too many attempts; wait a few minutes and try again."
         elif "credential" in request.form:
             if challenge and passkeys.authenticate(
@@ -146,7 +163,7 @@ def login_code() -> Any:
             ):
                 return _start_session(user)
             error = "That passkey was not accepted."
-        elif people.check_totp(user, request.form.get("code", ""), _config()):
+        elif check_totp(user, request.form.get("code", ""), _config()):
             return _start_session(user)
         else:
             error = "That code is not right; codes change every 30 seconds."
@@ -162,7 +179,7 @@ def login_code() -> Any:
     page = render_template(
         "console/login_code.html",
         error=error,
-        has_totp=people.has_totp(user),
+        has_totp=has_totp(user),
         has_passkey=passkeys.has_passkey(user),
     )
     return page, 401 if error else 200
@@ -216,9 +233,9 @@ def passkey_add(account: Account) -> Any:
 def logout() -> Any:
     require_csrf()
     if session.get("user_sid"):
-        people.end_session(session["user_sid"])
+        sessions.end_session(session["user_sid"])
     if session.get("sid"):
-        console_sessions.end_session(session["sid"])
+        key_sessions.end_session(session["sid"])
     session.clear()
     flash("You are signed out.")
     return redirect(url_for("web.console_login"))
@@ -230,27 +247,27 @@ def forgot() -> Any:
     if request.method == "POST":
         require_csrf()
         email = request.form.get("email", "").strip()
-        if not people.throttled(email, client_address()):
-            people.request_reset(email, client_address(), _config())
+        if not passwords.throttled(email, client_address()):
+            passwords.request_reset(email, client_address(), _config())
         sent = True
     return render_template("console/forgot.html", sent=sent)
 
 
 LINK_PAGES = {
-    people.SETUP: ("Welcome to Layang", "Choose your password"),
-    people.INVITE: ("You are invited", "Accept the invitation"),
-    people.RESET: ("Reset your password", "Choose a new password"),
+    links.SETUP: ("Welcome to Layang", "Choose your password"),
+    links.INVITE: ("You are invited", "Accept the invitation"),
+    links.RESET: ("Reset your password", "Choose a new password"),
 }
 
 
 def link_page(token: str, purpose: str) -> Any:
     """A one-time link: choose a password (or, invited with a password already, just join),
     then set up the second factor."""
-    link = people.open_link(token, purpose)
+    link = links.open_link(token, purpose)
     if link is None:
         return render_template("console/link_spent.html"), 404
     user = people.user_by_email(link.email)
-    needs_password = purpose != people.INVITE or user is None or user.password_hash is None
+    needs_password = purpose != links.INVITE or user is None or user.password_hash is None
     errors: dict[str, str] = {}
     if request.method == "POST":
         require_csrf()
@@ -259,14 +276,14 @@ def link_page(token: str, purpose: str) -> Any:
             errors["confirm"] = "The two passwords differ."
         else:
             try:
-                user = people.set_password_by_link(token, purpose, password, client_address())
+                user = passwords.set_password_by_link(token, purpose, password, client_address())
             except InvalidInput as error:
                 errors[error.field] = error.problem
             except NotFound:
                 return render_template("console/link_spent.html"), 404
             else:
                 _fresh_session()
-                if people.has_second_factor(user):
+                if has_second_factor(user):
                     flash("Done: sign in with your password and your second factor.")
                     return redirect(url_for("web.console_login"))
                 session["enrol"] = {"user": user.id, "at": now_ms()}
@@ -290,7 +307,7 @@ def _enrolling_user() -> tuple[ConsoleUser | None, bool]:
     password (or was told to enrol while signing in); and whether they are signed in."""
     token = session.get("user_sid")
     if token:
-        found = people.session_of(token)
+        found = sessions.session_of(token)
         if found is not None:
             flask.g.console_user = found.user
             flask.g.console_account = found.account
@@ -318,7 +335,7 @@ def two_factor() -> Any:
     error = None
     if request.method == "POST" and seed is not None:
         try:
-            people.enrol_totp(user, seed, request.form.get("code", ""), config, client_address())
+            enrol_totp(user, seed, request.form.get("code", ""), config, client_address())
         except InvalidInput as failure:
             error = failure.problem
         else:
@@ -333,15 +350,15 @@ def two_factor() -> Any:
             flash("Two-factor sign-in is on: sign in with your password and a code.")
             return redirect(url_for("web.console_login"))
     if seed is None:
-        seed = people.new_totp_seed()
+        seed = new_totp_seed()
         session["totp_seed"] = seal(seed.encode(), config.secret_key, context).hex()
     page = render_template(
         "console/two_factor.html",
         seed=seed,
-        uri=people.totp_uri(user, seed),
+        uri=totp_uri(user, seed),
         error=error,
         signed=signed,
-        optional=not people.two_factor_required(user),
+        optional=not two_factor_required(user),
     )
     return page, 400 if error else 200
 
@@ -360,7 +377,7 @@ def me_page(account: Account) -> Any:
             errors["confirm"] = "The two passwords differ."
         else:
             try:
-                people.change_password(
+                passwords.change_password(
                     user,
                     request.form.get("current_password", ""),
                     new,
@@ -372,14 +389,14 @@ def me_page(account: Account) -> Any:
             else:
                 flash("Your password was changed; your other sessions have ended.")
                 return redirect(url_for("web.console_me"))
-    current = people.session_id(session.get("user_sid", ""))
+    current = sessions.session_id(session.get("user_sid", ""))
     page = render_template(
         "console/me.html",
         user=user,
         memberships=people.memberships(user),
-        sessions=people.list_sessions(user),
+        sessions=sessions.list_sessions(user),
         current=current,
-        has_totp=people.has_totp(user),
+        has_totp=has_totp(user),
         passkeys=passkeys.user_passkeys(user),
         errors=errors,
     )
@@ -391,7 +408,7 @@ def revoke_session(account: Account, session_id: str) -> Any:
     user = flask.g.get("console_user")
     if user is None:
         flask.abort(404)
-    people.revoke_session(user, session_id)
+    sessions.revoke_session(user, session_id)
     flash("That session has ended.")
     return redirect(url_for("web.console_me"))
 
@@ -404,7 +421,7 @@ def switch(account: Account) -> Any:
     chosen = request.form.get("account", "")
     if not chosen.isdigit():
         flask.abort(400)
-    membership = people.switch_account(session["user_sid"], user, int(chosen))
+    membership = sessions.switch_account(session["user_sid"], user, int(chosen))
     flash(f"You are now in {membership.account.name} as {membership.role}.")
     return redirect(url_for("web.console_overview"))
 
@@ -434,9 +451,9 @@ def register(blueprint: flask.Blueprint) -> None:
         ("/console/passkeys", "console_passkeys", passkey_add, ["POST"]),
     ]
     for path, purpose in (
-        ("welcome", people.SETUP),
-        ("invitation", people.INVITE),
-        ("reset", people.RESET),
+        ("welcome", links.SETUP),
+        ("invitation", links.INVITE),
+        ("reset", links.RESET),
     ):
         rules.append(
             (

@@ -1,7 +1,7 @@
 """The console's Team, API keys and Audit pages (CONTRACT section 21). Who may post which form
 is ``layang.web.console.role_needed``'s table; the rules that depend on what is posted (an
 admin never touches an owner, a developer issues only send and read keys) are checked here and
-in ``layang.domain.people``."""
+in ``layang.team.people``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import flask
 from flask import current_app, flash, redirect, render_template, request, url_for
 
-from layang.domain import accounts, audit, people
+from layang.domain import accounts
 from layang.domain.errors import LayangError, NotFound, RoleNeeded
 from layang.models import ADMIN, FULL, READ, ROLES, SCOPES, SEND, Account, ApiKey
+from layang.team import audit, invitations, people, two_factor
 from layang.web.console import client_address, day_bound, signed_in
 
 # What a developer may issue or revoke; a full key needs an admin.
@@ -29,7 +30,7 @@ def team_page(account: Account) -> Any:
     if request.method == "POST":
         email = request.form.get("email", "")
         try:
-            people.invite(
+            invitations.invite(
                 account,
                 email,
                 request.form.get("role", ""),
@@ -46,8 +47,8 @@ def team_page(account: Account) -> Any:
     return render_template(
         "console/team.html",
         members=people.team(account),
-        invitations=people.pending_invitations(account),
-        second_factor=people.with_second_factor(account),
+        invitations=invitations.pending_invitations(account),
+        second_factor=two_factor.with_second_factor(account),
         roles=ROLES,
         my_role=flask.g.console_role,
         me=getattr(flask.g.get("console_user"), "id", None),
@@ -87,7 +88,7 @@ def member_action(account: Account, user_id: str, action: str) -> Any:
 @signed_in
 def settings(account: Account) -> Any:
     required = request.form.get("two_factor") == "required"
-    people.require_two_factor(account, required, actor=_actor(), source=client_address())
+    two_factor.require_two_factor(account, required, actor=_actor(), source=client_address())
     flash(
         "Everyone in this account now needs a second factor to sign in."
         if required

@@ -19,7 +19,7 @@ from layang.models import (
     WebhookEvent,
 )
 from tests.conftest import BACKENDS, drain
-from tests.domain.test_retention import activity, layang, send
+from tests.lifecycle.test_retention import activity, layang, send
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 

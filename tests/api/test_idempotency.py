@@ -9,9 +9,10 @@ import pytest
 
 from layang.api.transmissions import TransmissionRequestSchema
 from layang.delivery.worker import Worker
-from layang.domain import accounts, housekeeping, idempotency
+from layang.domain import accounts, idempotency
 from layang.domain.errors import IdempotencyInFlight
 from layang.domain.intake import accept_transmission
+from layang.lifecycle import housekeeping
 from layang.models import IdempotencyAnswer, IdempotencyKey, Transmission
 from tests.conftest import BACKENDS, drain
 from tests.delivery.test_crash import wait_until

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from layang.config import RateLimit
-from layang.domain import housekeeping
+from layang.lifecycle import housekeeping
 from layang.models import RateWindow, Transmission
 from tests.conftest import BACKENDS
 

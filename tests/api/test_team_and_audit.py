@@ -12,8 +12,10 @@ import pyotp
 import pytest
 
 from layang.clock import now_ms
-from layang.domain import accounts, audit, housekeeping, people
+from layang.domain import accounts
+from layang.lifecycle import housekeeping
 from layang.models import ConsoleUser
+from layang.team import audit, invitations, links, passwords, people, sessions, two_factor
 from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.parametrize("backend", BACKENDS)
@@ -27,8 +29,8 @@ def _token(client, path="/console/login"):
 
 
 def _person(account, email, role, password=PASSWORD):
-    _, token = people.create_user(email, account, role)
-    return people.set_password_by_link(token, people.SETUP, password, "127.0.0.1")
+    _, token = invitations.create_user(email, account, role)
+    return passwords.set_password_by_link(token, links.SETUP, password, "127.0.0.1")
 
 
 def _sign_in(client, email, password=PASSWORD):
@@ -77,7 +79,7 @@ def test_changes_by_a_key_are_in_the_audit_log(client, account, auth):
 
 
 def people_hash(address):
-    from layang.domain.audit import address_hash
+    from layang.team.audit import address_hash
 
     return address_hash(address)
 
@@ -90,7 +92,7 @@ def test_invitations_by_api(client, account, auth):
     )
     assert sent.status_code == 202
     assert sent.get_json()["role"] == "developer"
-    invitation = people.pending_invitations(account)[0]
+    invitation = invitations.pending_invitations(account)[0]
     assert (invitation.email, invitation.role) == ("new@acme.test", "developer")
     bad = client.post(
         "/v1/layang/team/invitations", json={"email": "nope", "role": "viewer"}, headers=auth
@@ -115,7 +117,7 @@ def test_invitations_by_api(client, account, auth):
         headers=auth,
     )
     assert again.status_code == 202
-    assert [i.email for i in people.pending_invitations(account)] == ["new@acme.test"]
+    assert [i.email for i in invitations.pending_invitations(account)] == ["new@acme.test"]
     log = client.get("/v1/layang/audit?action=invitation.created", headers=auth).get_json()
     assert len(log["items"]) == 2
 
@@ -154,7 +156,7 @@ def test_key_sign_in_ends_with_the_first_person(client, account, api_key):
 
 def test_sign_in_is_throttled_per_address(client, account):
     _person(account, "ana@acme.test", "owner")
-    for _ in range(people.PER_ADDRESS):
+    for _ in range(passwords.PER_ADDRESS):
         assert _sign_in(client, "nobody@acme.test", "x" * 12).status_code == 401
     assert _sign_in(client, "nobody@acme.test", "x" * 12).status_code == 429
     assert _sign_in(client, "ana@acme.test").status_code == 302  # another address still may
@@ -232,15 +234,15 @@ def test_owners_may_require_two_factors(app, client, account):
 def test_a_code_works_once(app, client, account):
     user = _person(account, "ana@acme.test", "owner")
     config = app.config["LAYANG"]
-    seed = people.new_totp_seed()
+    seed = two_factor.new_totp_seed()
     totp = pyotp.TOTP(seed)
     step = totp.timecode(time.time())
-    people.enrol_totp(user, seed, totp.generate_otp(step - 1), config, "127.0.0.1")
-    assert not people.check_totp(ConsoleUser.get_by_id(user.id), "12345x", config)
+    two_factor.enrol_totp(user, seed, totp.generate_otp(step - 1), config, "127.0.0.1")
+    assert not two_factor.check_totp(ConsoleUser.get_by_id(user.id), "12345x", config)
     code = totp.generate_otp(step)
-    assert people.check_totp(ConsoleUser.get_by_id(user.id), code, config)
-    assert not people.check_totp(ConsoleUser.get_by_id(user.id), code, config)  # replayed
-    assert not people.check_totp(
+    assert two_factor.check_totp(ConsoleUser.get_by_id(user.id), code, config)
+    assert not two_factor.check_totp(ConsoleUser.get_by_id(user.id), code, config)  # replayed
+    assert not two_factor.check_totp(
         ConsoleUser.get_by_id(user.id), totp.generate_otp(step - 1), config
     )  # older
 
@@ -257,7 +259,7 @@ def test_audit_entries_are_kept_400_days(account):
 def test_one_person_in_two_accounts_switches(app, client, account):
     _person(account, "ana@acme.test", "owner")
     beta = accounts.create_account("beta", live=True)
-    people.create_user("ana@acme.test", beta, "viewer")  # a second membership, same person
+    invitations.create_user("ana@acme.test", beta, "viewer")  # a second membership, same person
     assert _sign_in(client, "ana@acme.test").status_code == 302
     me = client.get("/console/me").get_data(as_text=True)
     assert "Switch to beta" in me
@@ -279,12 +281,12 @@ def test_sessions_are_listed_and_revocable_and_members_removable(app, client, ac
     phone = app.test_client()
     assert _sign_in(phone, "own@acme.test").status_code == 302
     assert _sign_in(client, "own@acme.test").status_code == 302
-    sessions = people.list_sessions(owner)
-    assert len(sessions) == 2
+    listed = sessions.list_sessions(owner)
+    assert len(listed) == 2
     me = client.get("/console/me").get_data(as_text=True)
     token = re.search(r'name="csrf_token" value="([^"]+)"', me).group(1)
     other_id = next(
-        s.id for s in sessions if s.id != people.session_id(client_session_token(client))
+        s.id for s in listed if s.id != sessions.session_id(client_session_token(client))
     )
     assert (
         client.post(
@@ -325,8 +327,8 @@ def test_an_invited_user_with_a_password_just_joins(app, client, account):
     beta = accounts.create_account("beta", live=True)
     _person(beta, "ana@acme.test", "owner")
     # The invitation's token travels only in its mail; make one as ``invite`` does.
-    with_link = people._issue_link(
-        people.INVITE, "ana@acme.test", "cli", account=account, role="developer"
+    with_link = links.issue_link(
+        links.INVITE, "ana@acme.test", "cli", account=account, role="developer"
     )
     page = client.get(f"/console/invitation/{with_link}").get_data(as_text=True)
     assert "You have a password already" in page and 'name="password"' not in page
@@ -343,7 +345,7 @@ def test_an_invited_user_with_a_password_just_joins(app, client, account):
 
 
 def test_sign_in_is_throttled_per_client_address(client, account, monkeypatch):
-    monkeypatch.setattr(people, "PER_SOURCE", 3)
+    monkeypatch.setattr(passwords, "PER_SOURCE", 3)
     for n in range(3):
         assert _sign_in(client, f"n{n}@acme.test", "x" * 12).status_code == 401
     assert _sign_in(client, "n9@acme.test", "x" * 12).status_code == 429
@@ -352,11 +354,11 @@ def test_sign_in_is_throttled_per_client_address(client, account, monkeypatch):
 def test_a_lockout_ends_after_15_minutes(app, account, monkeypatch):
     _person(account, "ana@acme.test", "owner")
     config = app.config["LAYANG"]
-    for _ in range(people.LOCK_AFTER - 1):
-        assert people.sign_in_password("ana@acme.test", "wrong one!", "h", config).user is None
-    tenth = people.sign_in_password("ana@acme.test", "wrong one!", "h", config)
+    for _ in range(passwords.LOCK_AFTER - 1):
+        assert passwords.sign_in_password("ana@acme.test", "wrong one!", "h", config).user is None
+    tenth = passwords.sign_in_password("ana@acme.test", "wrong one!", "h", config)
     assert tenth.locked_now
-    assert people.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is None
-    later = now_ms() + people.LOCK_MS + 1000
-    monkeypatch.setattr(people, "now_ms", lambda: later)
-    assert people.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is not None
+    assert passwords.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is None
+    later = now_ms() + passwords.LOCK_MS + 1000
+    monkeypatch.setattr(passwords, "now_ms", lambda: later)
+    assert passwords.sign_in_password("ana@acme.test", PASSWORD, "h", config).user is not None

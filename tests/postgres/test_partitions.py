@@ -12,7 +12,8 @@ import pytest
 
 from layang.clock import now_ms
 from layang.db import database, id_floor, new_id, open_database
-from layang.domain import partitions, records, retention
+from layang.domain import records
+from layang.lifecycle import partitions, retention
 from layang.migrations import MIGRATIONS, upgrade
 from layang.models import (
     WEBHOOK_DELIVERED,

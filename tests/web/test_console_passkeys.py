@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from layang.domain import accounts, passkeys, people
+from layang.domain import accounts
 from layang.models import ConsoleUser
+from layang.team import invitations, links, passkeys, passwords
 from tests.support.browser import screenshot
 
 PASSWORD = "a long enough passphrase"
@@ -26,8 +27,8 @@ def test_a_passkey_instead_of_a_code(app, browser, live_server):
     base = live_server.replace("127.0.0.1", "localhost")
     app.config["LAYANG"] = dataclasses.replace(app.config["LAYANG"], public_url=base)
     acme = accounts.create_account("acme", live=True)
-    _, token = people.create_user("ana@acme.test", acme, "owner")
-    people.set_password_by_link(token, people.SETUP, PASSWORD, "127.0.0.1")
+    _, token = invitations.create_user("ana@acme.test", acme, "owner")
+    passwords.set_password_by_link(token, links.SETUP, PASSWORD, "127.0.0.1")
 
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()

@@ -10,7 +10,8 @@ import time
 
 import pyotp
 
-from layang.domain import accounts, people
+from layang.domain import accounts
+from layang.team import invitations, links
 from tests.conftest import drain
 from tests.support.browser import screenshot
 
@@ -84,8 +85,8 @@ def _sign_in(page, base: str, email: str, password: str, seed: str | None) -> No
 def test_a_team_from_first_owner_to_reset(app, browser, live_server, upstream, relay_to):
     acme = accounts.create_account("acme", live=True)
     accounts.create_account("beta", live=True)
-    _, setup = people.create_user("Owner@Acme.test", acme, "owner")
-    setup_url = people.link_url(app.config["LAYANG"], people.SETUP, setup).replace(
+    _, setup = invitations.create_user("Owner@Acme.test", acme, "owner")
+    setup_url = links.link_url(app.config["LAYANG"], links.SETUP, setup).replace(
         "http://127.0.0.1:8000", live_server
     )
     context = browser.new_context(viewport={"width": 1280, "height": 800})

@@ -3,16 +3,16 @@ limit windows that have closed, console sessions past their 12 hours (and people
 links and sign-in counters past theirs), audit entries older than 400 days, circuit breaker
 counters older than their 24 hours. A few indexed DELETEs every few minutes, never per message.
 What ages out of the history (records, events, content, webhook deliveries) is
-``layang.domain.retention``'s.
+``layang.lifecycle.retention``'s.
 """
 
 from __future__ import annotations
 
 from layang.clock import now_ms
 from layang.db import write_transaction
-from layang.domain import audit, console_sessions, people
 from layang.mail.reputation import WINDOW_MS, bucket_of
 from layang.models import BreakerCount, IdempotencyAnswer, IdempotencyKey, RateWindow
+from layang.team import audit, key_sessions, links, passwords, sessions
 
 INTERVAL_SECONDS = 300.0
 
@@ -29,8 +29,10 @@ def delete_expired(now: int | None = None) -> int:
         deleted += (
             BreakerCount.delete().where(BreakerCount.bucket < bucket_of(now - WINDOW_MS)).execute()
         )
-    deleted += console_sessions.delete_expired(now)
-    deleted += people.delete_expired(now)
+    deleted += key_sessions.delete_expired(now)
+    deleted += sessions.delete_expired(now)
+    deleted += links.delete_expired(now)
+    deleted += passwords.delete_expired(now)
     with write_transaction(durable=False):
         deleted += audit.expire(now - audit.KEEP_MS)
     return deleted

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from layang.clock import now_ms
 from layang.db import open_database
-from layang.domain import partitions, retention
+from layang.lifecycle import partitions, retention
 from layang.migrations import MIGRATIONS, upgrade
 from layang.migrations.schema import describe_sqlite
 from layang.models import Account, Recipient, Transmission
-from tests.domain.test_retention import DAY_MS, send
+from tests.lifecycle.test_retention import DAY_MS, send
 
 
 def test_migration_34_leaves_a_sqlite_database_as_it_was(tmp_path):

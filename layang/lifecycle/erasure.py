@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import peewee
 
 from layang.db import write_transaction
-from layang.domain import audit
-from layang.domain.retention import BATCH, remove_records
 from layang.domain.suppressions import email_key
+from layang.lifecycle.retention import BATCH, remove_records
 from layang.models import Account, Recipient, Suppression, WebhookEndpoint, WebhookEvent
+from layang.team import audit
 
 
 @dataclass(frozen=True, slots=True)

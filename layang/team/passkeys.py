@@ -21,9 +21,9 @@ from webauthn.helpers.structs import (
 from layang.clock import now_ms
 from layang.config import Config
 from layang.db import write_transaction
-from layang.domain import audit
 from layang.domain.errors import InvalidInput
 from layang.models import ConsoleUser, Membership, Passkey
+from layang.team import audit
 
 MAX_CREDENTIAL_JSON = 64 * 1024
 

@@ -11,7 +11,8 @@ import pytest
 
 from layang.clock import now_ms
 from layang.db import id_floor, new_id
-from layang.domain import accounts, retention
+from layang.domain import accounts
+from layang.lifecycle import retention
 from layang.models import (
     WEBHOOK_DELIVERED,
     WEBHOOK_FAILED,

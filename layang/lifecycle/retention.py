@@ -11,7 +11,7 @@ Every kind is removed ``BATCH`` rows per write transaction, so a run never holds
 for long however much has piled up; the worker runs :func:`apply` every few minutes with a time
 budget, ``layang retention run`` until nothing is left.
 
-On PostgreSQL the history tables are partitioned by week (``layang.domain.partitions``): a run
+On PostgreSQL the history tables are partitioned by week (``layang.lifecycle.partitions``): a run
 first drops the weeks past the longest retention any account has (the service's or an
 account's own), whole, never row by row. What an account keeps for less time still goes row by
 row from the partitions that stay; so does a week that still holds queued mail (its other rows
@@ -34,8 +34,8 @@ import peewee
 from layang.clock import now_ms
 from layang.config import MAX_RETENTION_DAYS, Config
 from layang.db import id_floor, write_transaction
-from layang.domain import audit, partitions
 from layang.domain.errors import InvalidInput
+from layang.lifecycle import partitions
 from layang.models import (
     WEBHOOK_PENDING,
     Account,
@@ -49,6 +49,7 @@ from layang.models import (
     WebhookEndpoint,
     WebhookEvent,
 )
+from layang.team import audit
 
 log = logging.getLogger("layang.retention")
 

@@ -22,7 +22,7 @@ refer only to each other:
 
 A partition is detached and dropped in one transaction that first checks, under the detach's
 lock, that it still holds nothing kept; a week that does is left for retention's row-by-row
-deletes (``layang.domain.retention``) and dropped on a later run once its last kept row is final.
+deletes (``layang.lifecycle.retention``) and dropped on a later run once its last kept row is final.
 On SQLite every function here does nothing.
 """
 
@@ -51,6 +51,7 @@ LOCK_TIMEOUT = "1s"
 next run (it waits for running statements on the table; statements wait behind it)."""
 _LOCK = 7412
 """Advisory lock: one process at a time makes or drops partitions."""
+
 
 @dataclass(frozen=True, slots=True)
 class Table:
