@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from layang.config import Config  # noqa: E402
-from layang.db import database, is_postgresql, new_id, write_transaction  # noqa: E402
+from layang.db import database, is_postgresql, write_transaction  # noqa: E402
 from layang.domain import accounts  # noqa: E402
+from layang.ids import new_id  # noqa: E402
 from layang.models import (  # noqa: E402
     BROADCAST,
     STREAM_PRIORITY,

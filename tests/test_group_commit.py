@@ -13,7 +13,8 @@ from dataclasses import replace
 import peewee
 import pytest
 
-from layang.db import database, new_id
+from layang.db import database
+from layang.ids import new_id
 from layang.mail.message import Attachment, Mailbox, OutgoingMessage
 from layang.mail.outbox import PAYLOAD_CHUNK_CHARS, Submission, enqueue
 from layang.models import PayloadChunk, Recipient, Transmission

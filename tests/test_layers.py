@@ -61,6 +61,7 @@ LAYERS = {
     "layang.queueing": 1,
     "layang.config": 0,
     "layang.db": 0,
+    "layang.ids": 0,
     "layang.models": 0,
     "layang.migrations": 0,
     "layang.pagination": 0,

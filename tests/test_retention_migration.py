@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from layang.db import database, id_floor, open_database
+from layang.db import database, open_database
+from layang.ids import id_floor
 from layang.lifecycle import retention
 from layang.migrations import MIGRATIONS, upgrade
 from layang.models import Account, Event, Recipient, Transmission

@@ -45,9 +45,10 @@ def outgoing(n: int, recipients: int):
 def fill(config: Config, count: int, suppressed: int = 0) -> None:
     """Queue ``count`` messages through the domain's intake, in one transaction, after listing
     ``suppressed`` other addresses as suppressed."""
-    from layang.db import insert_rows, new_id
+    from layang.db import insert_rows
     from layang.domain import accounts
     from layang.domain.intake import TransmissionRequest, accept_transmission
+    from layang.ids import new_id
     from layang.models import Suppression
 
     account = accounts.create_account(f"bench{time.monotonic_ns()}", live=True)

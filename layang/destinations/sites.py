@@ -25,7 +25,8 @@ import peewee
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import database, is_postgresql, new_id, write_transaction
+from layang.db import database, is_postgresql, write_transaction
+from layang.ids import new_id
 from layang.models import OK, SUSPENDED, THROTTLED, Recipient, SiteSlot, SiteState
 
 

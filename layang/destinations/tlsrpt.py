@@ -33,10 +33,11 @@ import peewee
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import database, new_id, write_transaction
+from layang.db import database, write_transaction
 from layang.destinations.addresses import Refused, host_refusal, resolve_blocking
 from layang.destinations.dns import lookup_resolver
 from layang.destinations.result_types import NO_TLS, VALIDATION_FAILURE
+from layang.ids import new_id
 from layang.mail.dkim import covering_domain
 from layang.mail.message import (
     SMTP_POLICY,

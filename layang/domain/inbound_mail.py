@@ -20,9 +20,10 @@ from typing import Any
 
 from layang.clock import iso_ms, now_ms
 from layang.config import Config
-from layang.db import id_floor, new_id, write_transaction
+from layang.db import write_transaction
 from layang.domain.errors import InvalidInput, NotFound
 from layang.domain.inbound_routing import RouteTarget, pending_delivery
+from layang.ids import id_floor, new_id
 from layang.mail.received import Address, ReceivedMail, read_received
 from layang.models import (
     INBOUND_HOLD,

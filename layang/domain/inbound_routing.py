@@ -21,11 +21,12 @@ import peewee
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import new_id, write_transaction
+from layang.db import write_transaction
 from layang.domain.dns_lookup import DnsLookup
 from layang.domain.errors import Conflict, InvalidInput, NotFound
 from layang.domain.sending_domains import DnsRecord, check_records, normalize_domain
 from layang.domain.webhooks import replace_secret, sealed_secret
+from layang.ids import new_id
 from layang.models import (
     INBOUND_ACTIONS,
     INBOUND_WEBHOOK,

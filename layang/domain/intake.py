@@ -22,7 +22,7 @@ import peewee
 import templates_store
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import Batch, new_id
+from layang.db import Batch
 from layang.domain.breaker import check_sending
 from layang.domain.errors import (
     AmbiguousAuthor,
@@ -36,6 +36,7 @@ from layang.domain.idempotency import Claim
 from layang.domain.rate_limits import take
 from layang.domain.sandbox import check_recipients, check_sender
 from layang.domain.sending_domains import check_sender_domain
+from layang.ids import new_id
 from layang.mail.message import (
     MAX_TAGS,
     RECIPIENT_KINDS,

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from layang import sealing
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import new_id, write_transaction
+from layang.db import write_transaction
 from layang.domain.errors import InvalidInput, NotFound
+from layang.ids import new_id
 from layang.models import (
     WEBHOOK_EVENT_TYPES,
     Account,

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import peewee
 
 from layang.clock import now_ms
-from layang.db import database, id_floor, id_ms, is_postgresql, write_transaction
+from layang.db import database, is_postgresql, write_transaction
+from layang.ids import id_floor, id_ms
 
 log = logging.getLogger("layang.partitions")
 

@@ -33,8 +33,9 @@ import peewee
 
 from layang.clock import now_ms
 from layang.config import MAX_RETENTION_DAYS, Config
-from layang.db import id_floor, write_transaction
+from layang.db import write_transaction
 from layang.domain.errors import InvalidInput
+from layang.ids import id_floor
 from layang.lifecycle import partitions
 from layang.models import (
     WEBHOOK_PENDING,

@@ -20,7 +20,8 @@ from peewee import fn
 
 from layang.clock import iso_ms, now_ms
 from layang.config import Config
-from layang.db import database, is_postgresql, new_id, write_transaction
+from layang.db import database, is_postgresql, write_transaction
+from layang.ids import new_id
 from layang.mail.reputation import ACCOUNT_WIDE, WINDOW_MS, bucket_of
 from layang.models import (
     BOUNCE,

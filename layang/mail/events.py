@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from layang.db import Batch, Statement, insert_batches, is_postgresql, new_id
+from layang.db import Batch, Statement, insert_batches, is_postgresql
+from layang.ids import new_id
 from layang.mail.reputation import counter_statements
 from layang.mail.suppression import suppressions_from
 from layang.models import INJECTION, Event

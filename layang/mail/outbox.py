@@ -20,7 +20,8 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from layang.clock import now_ms
-from layang.db import Batch, RowStream, database, insert_atomically, is_postgresql, new_id
+from layang.db import Batch, RowStream, database, insert_atomically, is_postgresql
+from layang.ids import new_id
 from layang.mail.events import event_batches, injection_batches
 from layang.mail.message import OutgoingMessage, domain_of
 from layang.mail.suppression import suppressed_addresses, suppressed_event_detail

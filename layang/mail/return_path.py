@@ -30,7 +30,7 @@ HEADER = "X-Layang-Id"
 _MAC_BYTES = 10
 _KEY_INFO = b"layang return path v1"
 _TOKEN = re.compile(r"^[a-z2-7]{42}$")
-# The alphabet of record ids (layang.db.new_id): lowercase Crockford base32.
+# The alphabet of record ids (layang.ids.new_id): lowercase Crockford base32.
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 # Crockford digits → the digits int(…, 32) reads (0-9a-v): a C-speed parse of an id.
 _TO_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")

@@ -15,7 +15,8 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 
-from layang.db import Statement, database, is_postgresql, new_id
+from layang.db import Statement, database, is_postgresql
+from layang.ids import new_id
 from layang.models import BOUNCE, COMPLAINED, COMPLAINT, HARD_BOUNCE, UNSUBSCRIBE, UNSUBSCRIBED
 
 # (recipient id, status, epoch ms, detail as JSON), as layang.mail.events stores them.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import peewee
 
 from layang.clock import now_ms
-from layang.db import new_id
+from layang.ids import new_id
 from layang.models.accounts import Account
 from layang.models.base import BaseModel
 

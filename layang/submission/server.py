@@ -19,7 +19,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
 from layang.clock import now_ms
 from layang.config import Config
-from layang.db import UNAVAILABLE_ERRORS, database, new_id
+from layang.db import UNAVAILABLE_ERRORS, database
 from layang.domain import idempotency
 from layang.domain.accounts import authenticate_key
 from layang.domain.errors import (
@@ -39,6 +39,7 @@ from layang.domain.idempotency import Replay
 from layang.domain.intake import SubmittedMessage, accept_transmission
 from layang.domain.sandbox import sender_allowed, verified_addresses
 from layang.domain.sending_domains import check_sender_domain
+from layang.ids import new_id
 from layang.mail.message import MAX_RECIPIENTS, InvalidAddress, normalize_address
 from layang.mail.submitted import prepare_submission
 from layang.models import SEND, Account

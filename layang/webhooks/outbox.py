@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from layang.clock import iso_ms, now_ms
-from layang.db import database, is_postgresql, new_id, write_transaction
+from layang.db import database, is_postgresql, write_transaction
+from layang.ids import new_id
 from layang.models import (
     WEBHOOK_DELIVERED,
     WEBHOOK_FAILED,

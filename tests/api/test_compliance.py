@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from layang.db import new_id
 from layang.domain import breaker
 from layang.domain.compliance import check_compliance
 from layang.domain.intake import SubmittedMessage, accept_transmission
+from layang.ids import new_id
 from layang.mail.submitted import prepare_submission
 from layang.models import SendingDomain
 from tests.conftest import drain

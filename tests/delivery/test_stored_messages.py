@@ -13,7 +13,7 @@ import peewee
 import pytest
 
 from layang.clock import now_ms
-from layang.db import new_id
+from layang.ids import new_id
 from layang.mail.message import (
     PAYLOAD_VERSION,
     Attachment,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from layang.clock import now_ms
-from layang.db import id_floor, new_id
+from layang.ids import id_floor, new_id
 from layang.lifecycle import housekeeping
 
 DAY_MS = 86_400_000

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from layang.clock import now_ms
-from layang.db import id_floor, new_id
 from layang.domain import accounts
+from layang.ids import id_floor, new_id
 from layang.lifecycle import retention
 from layang.models import (
     WEBHOOK_DELIVERED,

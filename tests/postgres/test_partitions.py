@@ -11,8 +11,9 @@ import threading
 import pytest
 
 from layang.clock import now_ms
-from layang.db import database, id_floor, new_id, open_database
+from layang.db import database, open_database
 from layang.domain import records
+from layang.ids import id_floor, new_id
 from layang.lifecycle import partitions, retention
 from layang.migrations import MIGRATIONS, upgrade
 from layang.models import (
