@@ -68,8 +68,9 @@ from bench.support.storage import (  # noqa: E402
     throwaway,
 )
 from layang.clock import now_ms  # noqa: E402
-from layang.db import database, id_floor  # noqa: E402
+from layang.db import database  # noqa: E402
 from layang.domain import accounts, overview, records  # noqa: E402
+from layang.ids import id_floor  # noqa: E402
 from layang.lifecycle import partitions, retention  # noqa: E402
 from layang.models import Recipient  # noqa: E402
 
