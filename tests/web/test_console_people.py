@@ -234,6 +234,7 @@ def test_a_team_from_first_owner_to_reset(app, browser, live_server, upstream, r
     vpage.goto(live_server + "/console/forgot")
     vpage.fill("#email", "vera@acme.test")
     vpage.get_by_role("button", name="Send me a link").click()
+    vpage.wait_for_load_state("load")
     told = vpage.locator("main").inner_text()
     _shots(vpage, "console-people-forgot")
     reset = _mail_to(upstream, relay_to, "vera@acme.test", 3)
@@ -249,6 +250,8 @@ def test_a_team_from_first_owner_to_reset(app, browser, live_server, upstream, r
     stranger.goto(live_server + "/console/forgot")
     stranger.fill("#email", "nobody@acme.test")
     stranger.get_by_role("button", name="Send me a link").click()
+    # inner_text follows the stylesheet (an uppercase heading): read once the page has loaded.
+    stranger.wait_for_load_state("load")
     assert stranger.locator("main").inner_text() == told
     context.close()
     other.close()
